@@ -1,0 +1,52 @@
+# The two commands a user needs are `make demo` and `make test`; both set up everything.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The control-plane binaries live outside the repository, in a cache keyed by version.
+ASSETS = $(shell hack/build-controlplane.sh 2>/dev/null | tail -n 1)
+
+.PHONY: help venv controlplane-bins test test-unit test-e2e lint demo dev clean
+
+help:
+	@echo "make demo               run the whole system locally and show it working"
+	@echo "make dev                start the local control plane and keep it running"
+	@echo "make test               unit + e2e tests (builds the control plane on first use)"
+	@echo "make test-unit          unit tests only (no network)"
+	@echo "make test-e2e           e2e tests against a real kube-apiserver + etcd"
+	@echo "make lint               ruff, mypy --strict, import contracts"
+	@echo "make controlplane-bins  build kube-apiserver, kube-controller-manager, kubectl, etcd"
+
+$(BIN)/controlplane: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip==25.3
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@
+
+venv: $(BIN)/controlplane
+
+controlplane-bins:
+	hack/build-controlplane.sh
+
+test: test-unit test-e2e
+
+test-unit: venv
+	$(BIN)/pytest tests/unit
+
+test-e2e: venv controlplane-bins
+	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+demo: venv controlplane-bins
+	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/controlplane demo
+
+dev: venv controlplane-bins
+	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/controlplane dev
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Benchmarks: each has a reproducible command in bench/README.md."""

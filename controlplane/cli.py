@@ -1,0 +1,100 @@
+"""The ``controlplane`` console script: one entry point, one subcommand per process."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from controlplane.envtest import ControlPlane, EnvtestError
+
+log = logging.getLogger("controlplane")
+
+
+def _kubectl(plane: ControlPlane) -> str:
+    if plane.binaries.kubectl is not None:
+        return str(plane.binaries.kubectl)
+    found = shutil.which("kubectl")
+    if found is None:
+        raise EnvtestError("kubectl not found: run `make controlplane-bins`")
+    return found
+
+
+def _run_kubectl(plane: ControlPlane, *args: str) -> None:
+    argv = [_kubectl(plane), *args]
+    print(f"$ kubectl {' '.join(args)}", flush=True)
+    env = {**os.environ, "KUBECONFIG": str(plane.admin_kubeconfig)}
+    subprocess.run(argv, env=env, check=True)
+
+
+def _start_plane() -> ControlPlane:
+    print("starting etcd, kube-apiserver and kube-controller-manager on loopback ...", flush=True)
+    plane = ControlPlane(with_controller_manager=True).start()
+    timings = ", ".join(f"{name} {secs:.1f} s" for name, secs in plane.startup_seconds.items())
+    print(f"control plane ready at {plane.server} ({timings})", flush=True)
+    return plane
+
+
+def cmd_demo(_: argparse.Namespace) -> int:
+    """Start the whole system locally, show it working, and stop it."""
+    plane = _start_plane()
+    try:
+        _run_kubectl(plane, "version")
+        _run_kubectl(plane, "get", "namespaces")
+    finally:
+        plane.stop()
+    print("demo finished; everything it started has stopped", flush=True)
+    return 0
+
+
+def cmd_dev(_: argparse.Namespace) -> int:
+    """Start the local control plane and keep it running until Ctrl-C or SIGTERM."""
+    plane = _start_plane()
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    # A stable path, so a second shell can use it without copying the temporary one.
+    link = Path.cwd() / ".dev-kubeconfig"
+    shutil.copyfile(plane.admin_kubeconfig, link)
+    link.chmod(0o600)
+    print(f"kubeconfig: {link}\n  export KUBECONFIG={link}\nCtrl-C stops it.", flush=True)
+    try:
+        stop.wait()
+    finally:
+        plane.stop()
+        link.unlink(missing_ok=True)
+    print("stopped", flush=True)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="controlplane", description=__doc__)
+    parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("demo", help=cmd_demo.__doc__).set_defaults(run=cmd_demo)
+    commands.add_parser("dev", help=cmd_dev.__doc__).set_defaults(run=cmd_dev)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    try:
+        code: int = args.run(args)
+    except EnvtestError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""A small controller-runtime-style framework on raw watches. It knows nothing of pools."""

@@ -1,0 +1,343 @@
+"""The framework's own asynchronous API client: plain dicts in and out, every request timed out.
+
+The official client's typed models cost about 75 times more per watch event than decoding with a
+fast parser (``shared/notes/performance.md``), so requests and watch streams are made here over
+``httpx`` and decoded with ``orjson`` into plain dicts. Only configuration and authentication come
+from the ``kubernetes`` package (see :mod:`controlplane.runtime.config`).
+
+The client never retries on its own: whether a failed request may be repeated is the caller's
+decision (an informer relists, a preflight backs off with jitter, a writer re-reads on conflict).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal, Self
+
+import httpx
+import orjson
+
+from controlplane.runtime.config import ClientConfig
+from controlplane.runtime.errors import ApiError, RequestTimeout, TransportError, api_error
+from controlplane.runtime.resources import Resource
+
+#: Seconds any single request may take unless the caller says otherwise.
+DEFAULT_TIMEOUT = 30.0
+#: Objects per page when listing (the API server's own default chunk size).
+LIST_PAGE_SIZE = 500
+USER_AGENT = "modelpool-controlplane/0.1"
+
+JSON: Final = "application/json"
+MERGE_PATCH: Final = "application/merge-patch+json"
+JSON_PATCH: Final = "application/json-patch+json"
+STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
+APPLY_PATCH: Final = "application/apply-patch+yaml"  # JSON is YAML, so the body is still JSON
+
+PatchType = Literal[
+    "application/merge-patch+json",
+    "application/json-patch+json",
+    "application/strategic-merge-patch+json",
+]
+Object = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectList:
+    """The items of a list and the collection's ``resourceVersion`` to watch from."""
+
+    items: list[Object]
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One watch event: ``ADDED``, ``MODIFIED``, ``DELETED`` or ``BOOKMARK``, and its object."""
+
+    type: str
+    object: Object
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or not meta.get("name"):
+        raise ValueError("the object has no metadata.name")
+    return meta
+
+
+def _decode_error(response: httpx.Response) -> ApiError:
+    status: dict[str, Any] | None = None
+    with contextlib.suppress(orjson.JSONDecodeError):
+        decoded = orjson.loads(response.content) if response.content else None
+        if isinstance(decoded, dict):
+            status = decoded
+    if status is None and response.content:
+        status = {"message": response.text[:500]}
+    return api_error(response.status_code, status, response.headers.get("Retry-After"))
+
+
+class KubeClient:
+    """Verbs on API resources. Use as ``async with KubeClient(config) as client``."""
+
+    def __init__(
+        self,
+        config: ClientConfig,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_connections: int = 100,
+        user_agent: str = USER_AGENT,
+    ) -> None:
+        self.config = config
+        self.timeout = timeout
+        self._http = httpx.AsyncClient(
+            base_url=config.server,
+            verify=config.ssl_context,
+            timeout=timeout,
+            headers={"User-Agent": user_agent, "Accept": JSON},
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=20),
+            transport=httpx.AsyncHTTPTransport(retries=0, verify=config.ssl_context),
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- raw requests -------------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        timeout: float | None = None,
+    ) -> Object:
+        """One request; returns the decoded body or raises a typed :class:`ApiError`."""
+        headers = self.config.auth_headers()
+        content: bytes | None = None
+        if body is not None:
+            content = orjson.dumps(body)
+            headers.append(("Content-Type", content_type))
+        try:
+            response = await self._http.request(
+                method,
+                path,
+                params=params,
+                content=content,
+                headers=headers,
+                timeout=timeout if timeout is not None else self.timeout,
+            )
+        except httpx.TimeoutException as err:
+            raise RequestTimeout(
+                f"{method} {path}: no answer in time ({type(err).__name__})"
+            ) from err
+        except httpx.TransportError as err:
+            raise TransportError(f"{method} {path}: {type(err).__name__}: {err}") from err
+        if response.status_code >= 400:
+            raise _decode_error(response)
+        if not response.content:
+            return {}
+        decoded = orjson.loads(response.content)
+        return decoded if isinstance(decoded, dict) else {"items": decoded}
+
+    # -- verbs --------------------------------------------------------------------------------
+
+    async def get(
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+    ) -> Object:
+        return await self.request("GET", resource.path(namespace, name, subresource))
+
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        resource_version: str | None = None,
+        page_size: int = LIST_PAGE_SIZE,
+    ) -> ObjectList:
+        """All objects, page by page; ``resource_version="0"`` may come from the watch cache."""
+        params: dict[str, str | int] = {"limit": page_size}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        if resource_version is not None:
+            params["resourceVersion"] = resource_version
+        items: list[Object] = []
+        while True:
+            page = await self.request("GET", resource.path(namespace), params=params)
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return ObjectList(items, str(meta.get("resourceVersion", "")))
+            params = {"limit": page_size, "continue": token}
+
+    async def create(
+        self,
+        resource: Resource,
+        obj: Object,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+    ) -> Object:
+        namespace = namespace or (obj.get("metadata") or {}).get("namespace")
+        if subresource is not None:
+            path = resource.path(namespace, _meta(obj)["name"], subresource)
+        else:
+            path = resource.path(namespace)
+        return await self.request("POST", path, body=obj)
+
+    async def update(
+        self, resource: Resource, obj: Object, *, subresource: str | None = None
+    ) -> Object:
+        """Replace the object; a ``metadata.resourceVersion`` makes it optimistic (409 if stale)."""
+        meta = _meta(obj)
+        return await self.request(
+            "PUT", resource.path(meta.get("namespace"), meta["name"], subresource), body=obj
+        )
+
+    async def update_status(self, resource: Resource, obj: Object) -> Object:
+        return await self.update(resource, obj, subresource="status")
+
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        *,
+        patch_type: PatchType = MERGE_PATCH,
+        subresource: str | None = None,
+    ) -> Object:
+        return await self.request(
+            "PATCH",
+            resource.path(namespace, name, subresource),
+            body=patch,
+            content_type=patch_type,
+        )
+
+    async def apply(
+        self,
+        resource: Resource,
+        obj: Object,
+        *,
+        field_manager: str,
+        force: bool = False,
+        subresource: str | None = None,
+    ) -> Object:
+        """Server-side apply ``obj`` as ``field_manager``."""
+        meta = _meta(obj)
+        params: dict[str, str | int] = {"fieldManager": field_manager}
+        if force:
+            params["force"] = "true"
+        return await self.request(
+            "PATCH",
+            resource.path(meta.get("namespace"), meta["name"], subresource),
+            params=params,
+            body=obj,
+            content_type=APPLY_PATCH,
+        )
+
+    async def delete(
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+        uid: str | None = None,
+        propagation_policy: Literal["Foreground", "Background", "Orphan"] | None = None,
+    ) -> Object:
+        """Delete, optionally only if the object is still at ``resource_version`` / ``uid``."""
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        preconditions = {
+            k: v for k, v in (("resourceVersion", resource_version), ("uid", uid)) if v is not None
+        }
+        if preconditions:
+            options["preconditions"] = preconditions
+        if propagation_policy is not None:
+            options["propagationPolicy"] = propagation_policy
+        return await self.request("DELETE", resource.path(namespace, name), body=options)
+
+    # -- watch --------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def watch(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+        timeout_seconds: int | None = None,
+        allow_bookmarks: bool = True,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        idle_timeout: float | None = None,
+    ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
+        """Open a watch stream; iterate the yielded iterator for events.
+
+        ``idle_timeout`` is the watchdog: a stream silent for longer raises :class:`RequestTimeout`.
+        An ``ERROR`` event is raised as its typed error (``Gone`` for an expired version).
+        """
+        params: dict[str, str | int] = {"watch": "1"}
+        if resource_version is not None:
+            params["resourceVersion"] = resource_version
+        if timeout_seconds is not None:
+            params["timeoutSeconds"] = timeout_seconds
+        if allow_bookmarks:
+            params["allowWatchBookmarks"] = "true"
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        timeout = httpx.Timeout(self.timeout, read=idle_timeout)
+        path = resource.path(namespace)
+        try:
+            async with self._http.stream(
+                "GET", path, params=params, headers=self.config.auth_headers(), timeout=timeout
+            ) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise _decode_error(response)
+                yield _events(response)
+        except httpx.TimeoutException as err:
+            raise RequestTimeout(
+                f"watch {path}: stream idle or unanswered ({type(err).__name__})"
+            ) from err
+        except httpx.TransportError as err:
+            raise TransportError(f"watch {path}: {type(err).__name__}: {err}") from err
+
+
+async def _events(response: httpx.Response) -> AsyncIterator[WatchEvent]:
+    """Split the stream into lines and decode each; raises on ``ERROR`` events."""
+    pending = b""
+    async for chunk in response.aiter_bytes():
+        pending += chunk
+        if b"\n" not in pending:
+            continue
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if not line.strip():
+                continue
+            event = orjson.loads(line)
+            kind = event.get("type")
+            obj = event.get("object") or {}
+            if kind == "ERROR":
+                raise api_error(int(obj.get("code") or 500), obj)
+            yield WatchEvent(kind, obj)

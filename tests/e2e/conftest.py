@@ -1,0 +1,107 @@
+"""e2e wiring: one real cluster per session, a fresh namespace per test.
+
+``--cluster=local`` (default) starts etcd, kube-apiserver and kube-controller-manager built by
+``hack/``; ``--cluster=kind`` goes through pytest-kind (skipped with a reason where Docker is
+missing, failed under CI); ``--cluster=kubeconfig`` uses ``--kubeconfig``. A local control plane
+that cannot start fails the session: this tier is never silently skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import secrets
+from collections.abc import AsyncIterator, Generator, Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from controlplane.envtest.process import tail
+from controlplane.runtime.client import KubeClient
+from controlplane.runtime.errors import NotFound
+from controlplane.runtime.resources import NAMESPACES
+from tests.e2e.clusters import TestCluster, docker_unavailable_reason, in_ci, start_local
+
+_session_cluster: TestCluster | None = None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cluster",
+        choices=("local", "kind", "kubeconfig"),
+        default="local",
+        help="where the e2e tier runs: a control plane built here, kind, or --kubeconfig",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/e2e" not in str(item.path):
+            continue
+        item.add_marker(pytest.mark.e2e)
+        if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj):
+            item.add_marker(pytest.mark.anyio)
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest) -> Iterator[TestCluster]:
+    global _session_cluster
+    mode = request.config.getoption("--cluster")
+    if mode == "local":
+        found = start_local()  # raises (never skips) when the control plane cannot start
+    elif mode == "kind":
+        reason = docker_unavailable_reason()
+        if reason is not None:
+            if in_ci():
+                pytest.fail(f"--cluster=kind under CI: {reason}")
+            pytest.skip(reason)
+        kind = request.getfixturevalue("kind_cluster")
+        found = TestCluster("kind", Path(kind.kubeconfig_path))
+    else:
+        path = request.config.getoption("--kubeconfig")
+        if not path:
+            pytest.fail("--cluster=kubeconfig needs --kubeconfig PATH")
+        found = TestCluster("kubeconfig", Path(path))
+    _session_cluster = found
+    yield found
+    _session_cluster = None
+    if found.local is not None:
+        found.local.stop()
+
+
+@pytest.fixture
+async def admin(cluster: TestCluster) -> AsyncIterator[KubeClient]:
+    async with KubeClient(cluster.admin_config()) as client:
+        yield client
+
+
+@pytest.fixture
+async def namespace(admin: KubeClient, request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    """A namespace of this test's own, deleted afterwards (kube-controller-manager empties it)."""
+    stem = request.node.name.split("[")[0].replace("_", "-").lower()[:40].strip("-")
+    name = f"{stem}-{secrets.token_hex(3)}"
+    await admin.create(
+        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
+    yield name
+    with anyio.CancelScope(shield=True):
+        with contextlib.suppress(NotFound):
+            await admin.delete(NAMESPACES, name)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach the end of each control-plane log to a failed e2e test's report."""
+    report = yield
+    if report.failed and _session_cluster is not None:
+        for name, path in _session_cluster.logs().items():
+            report.sections.append((f"{name} log (last lines)", tail(path)))
+    return report
