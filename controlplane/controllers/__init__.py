@@ -1,0 +1,1 @@
+"""The operator's controllers: InferenceService, ModelPool and ModelRouter."""
