@@ -203,6 +203,8 @@ class ControlPlane:
                 # The default ServiceAccount is made by a controller; without one, pods would wait.
                 "--disable-admission-plugins=ServiceAccount",
                 "--profiling=false",
+                # A loopback address is not a valid endpoint for the `kubernetes` Service.
+                "--endpoint-reconciler-type=none",
                 *self.extra_apiserver_args,
             ],
         )
@@ -284,6 +286,20 @@ class ControlPlane:
             shutil.rmtree(self.workdir, ignore_errors=True)
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision; return that revision.
+
+        Watches from any older ``resourceVersion`` then fail with ``410 Gone`` (unless the API
+        server's watch cache still holds it), which is how tests force an informer to relist.
+        """
+        with httpx.Client(base_url=self.etcd_url, timeout=10.0) as etcd:
+            header = etcd.post("/v3/kv/range", json={"key": "AA=="}).json()["header"]
+            revision = int(header["revision"])
+            answer = etcd.post("/v3/kv/compaction", json={"revision": revision, "physical": True})
+            if answer.status_code != 200:
+                raise EnvtestError(f"etcd compaction at {revision} failed: {answer.text}")
+        return revision
 
     def logs(self) -> dict[str, Path]:
         """Log file of each process, for showing when a test fails."""

@@ -33,9 +33,15 @@ class TestCluster:
         return self.local.logs() if self.local is not None else {}
 
 
+#: ConfigMaps bypass the API server's watch cache, so a test can force ``410 Gone`` on a watch by
+#: compacting etcd (a cached resource would serve old versions from memory for a while).
+UNCACHED_WATCH_ARGS = ("--watch-cache-sizes=configmaps#0",)
+
+
 def start_local() -> TestCluster:
     """etcd + kube-apiserver + kube-controller-manager built from Go modules (``hack/``)."""
-    plane = ControlPlane(with_controller_manager=True).start()
+    plane = ControlPlane(with_controller_manager=True, extra_apiserver_args=UNCACHED_WATCH_ARGS)
+    plane.start()
     return TestCluster("local", plane.admin_kubeconfig, plane)
 
 

@@ -31,3 +31,14 @@ async def eventually(
     raise AssertionError(
         f"timed out after {timeout:.0f} s waiting for {what}; last error: {last_error!r}"
     )
+
+
+async def until(
+    condition: Callable[[], bool], *, timeout: float = 30.0, interval: float = 0.05, what: str
+) -> None:
+    """Wait for a synchronous ``condition`` on local state (no I/O) to hold."""
+
+    async def probe() -> bool:
+        return condition()
+
+    await eventually(probe, timeout=timeout, interval=interval, what=what)
