@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # The control-plane binaries live outside the repository, in a cache keyed by version.
 ASSETS = $(shell hack/build-controlplane.sh 2>/dev/null | tail -n 1)
 
-.PHONY: help venv controlplane-bins test test-unit test-e2e lint demo dev clean
+.PHONY: help venv controlplane-bins test test-unit test-e2e lint demo dev clean manifests check-rbac
 
 help:
 	@echo "make demo               run the whole system locally and show it working"
@@ -14,7 +14,9 @@ help:
 	@echo "make test               unit + e2e tests (builds the control plane on first use)"
 	@echo "make test-unit          unit tests only (no network)"
 	@echo "make test-e2e           e2e tests against a real kube-apiserver + etcd"
-	@echo "make lint               ruff, mypy --strict, import contracts"
+	@echo "make lint               ruff, mypy --strict, import contracts, check-rbac"
+	@echo "make manifests          regenerate manifests/crd and manifests/rbac from the code"
+	@echo "make check-rbac         prove the RBAC manifests are enough for the code, and no more"
 	@echo "make controlplane-bins  build kube-apiserver, kube-controller-manager, kubectl, etcd"
 
 $(BIN)/controlplane: pyproject.toml
@@ -36,7 +38,13 @@ test-unit: venv
 test-e2e: venv controlplane-bins
 	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/pytest tests/e2e $(PYTEST_ARGS)
 
-lint: venv
+manifests: venv
+	hack/gen-manifests
+
+check-rbac: venv
+	$(BIN)/python -m controlplane.rbacmanifests check manifests
+
+lint: venv check-rbac
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

@@ -10,6 +10,9 @@ from __future__ import annotations
 from controlplane.runtime.rbac import PolicyRule
 
 GROUP = "inference.modelpool.dev"
+#: Who holds these rules: the operator's ServiceAccount, in the namespace it is installed into.
+OPERATOR_NAMESPACE = "modelpool-system"
+OPERATOR_SERVICE_ACCOUNT = "modelpool-operator"
 READ = ("get", "list", "watch")
 WRITE = ("create", "update", "patch", "delete")
 STATUS = ("get", "update", "patch")
@@ -72,3 +75,16 @@ LEADER_ELECTION_RULES = (
 
 #: What a router-proxy replica needs in its own namespace: exactly the activation Role.
 ROUTER_PROXY_RULES = ACTIVATION_ROLE_RULES
+
+#: The operator's cluster-wide needs by the controller that has them, for messages that say who
+#: needs a missing permission. Together they are exactly :data:`OPERATOR_CLUSTER_RULES`.
+OPERATOR_CLUSTER_RULES_BY_OWNER = {
+    "InferenceService controller": INFERENCE_SERVICE_RULES,
+    "ModelPool controller": MODEL_POOL_RULES,
+    "ModelRouter controller": MODEL_ROUTER_RULES,
+    "event recorder": EVENT_RULES,
+}
+
+#: Roles the operator writes at run time, by what they are: each must be a subset of the
+#: operator's ClusterRole, or the API server refuses it as an escalation.
+RUNTIME_ROLE_RULES = {"per-router activation Role": ACTIVATION_ROLE_RULES}

@@ -100,3 +100,30 @@ def uncovered(granted: Iterable[PolicyRule], wanted: Iterable[PolicyRule]) -> li
         for permission in rule.permissions()
         if not any(grant.grants(permission) for grant in held)
     ]
+
+
+#: The order verbs are written in, so a rendered rule reads like kubectl's own output.
+VERB_ORDER = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
+
+
+def compact(rules: Iterable[PolicyRule]) -> tuple[PolicyRule, ...]:
+    """The same permissions as ``rules``, one rule per (group, resource, names), verbs merged.
+
+    Declarations repeat themselves (two controllers both read Deployments); a manifest should not.
+    Rules come out sorted by group then resource, verbs in :data:`VERB_ORDER` (others after them,
+    sorted), so the output is stable and a removed rule shows as one removed block in a diff.
+    """
+    verbs: dict[tuple[str, str, tuple[str, ...]], set[str]] = {}
+    for rule in rules:
+        names = tuple(sorted(set(rule.resource_names)))
+        for group in rule.api_groups:
+            for resource in rule.resources:
+                verbs.setdefault((group, resource, names), set()).update(rule.verbs)
+
+    def verb_key(verb: str) -> tuple[int, str]:
+        return (VERB_ORDER.index(verb), "") if verb in VERB_ORDER else (len(VERB_ORDER), verb)
+
+    return tuple(
+        PolicyRule((group,), (resource,), tuple(sorted(found, key=verb_key)), names)
+        for (group, resource, names), found in sorted(verbs.items())
+    )

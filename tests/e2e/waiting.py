@@ -17,13 +17,13 @@ async def eventually(
     interval: float = 0.1,
     what: str,
 ) -> T:
-    """Call ``probe`` until it returns something other than None/False; fail after ``timeout``."""
+    """Call ``probe`` until it returns something truthy, and return that; fail after ``timeout``."""
     last_error: BaseException | None = None
     with anyio.move_on_after(timeout):
         while True:
             try:
                 result = await probe()
-                if result is not None and result is not False:
+                if result:
                     return result
             except Exception as err:  # the condition may raise until it holds
                 last_error = err
