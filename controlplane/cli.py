@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from controlplane.envtest import ControlPlane, EnvtestError
+from controlplane.preflight import command as preflight_command
 
 log = logging.getLogger("controlplane")
 
@@ -80,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help=cmd_demo.__doc__).set_defaults(run=cmd_demo)
     commands.add_parser("dev", help=cmd_dev.__doc__).set_defaults(run=cmd_dev)
+    preflight = commands.add_parser("preflight", help=preflight_command.run.__doc__)
+    preflight_command.add_arguments(preflight)
+    preflight.set_defaults(run=preflight_command.run)
     return parser
 
 

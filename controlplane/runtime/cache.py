@@ -15,6 +15,7 @@ The store is not thread-safe: the framework runs on one event loop.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -135,8 +136,12 @@ class Store:
     def upsert(self, obj: Object) -> bytes | None:
         """Store ``obj`` (already transformed); return the raw bytes it replaced, if any."""
         key = object_key(obj)
-        values = tuple(tuple(func(obj)) for func in self._indexers.values())
-        entry = _Entry(orjson.dumps(obj), str(obj["metadata"].get("resourceVersion", "")), values)
+        # Index values repeat across objects (labels, namespaces, owners): intern them once.
+        values = tuple(tuple(map(sys.intern, func(obj))) for func in self._indexers.values())
+        # orjson returns a bytes object with its growth buffer still attached (about twice the
+        # length); an exact-size copy halves what the cache holds for one memcpy.
+        raw = bytes(memoryview(orjson.dumps(obj)))
+        entry = _Entry(raw, str(obj["metadata"].get("resourceVersion", "")), values)
         old = self._entries.get(key)
         self._entries[key] = entry
         if old is None:

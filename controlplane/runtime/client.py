@@ -18,6 +18,7 @@ from typing import Any, Final, Literal, Self
 
 import httpx
 import orjson
+from opentelemetry import trace
 
 from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.errors import ApiError, RequestTimeout, TransportError, api_error
@@ -34,6 +35,8 @@ MERGE_PATCH: Final = "application/merge-patch+json"
 JSON_PATCH: Final = "application/json-patch+json"
 STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
 APPLY_PATCH: Final = "application/apply-patch+yaml"  # JSON is YAML, so the body is still JSON
+
+tracer = trace.get_tracer("controlplane.runtime.client")
 
 PatchType = Literal[
     "application/merge-patch+json",

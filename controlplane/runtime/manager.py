@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import anyio
 import orjson
-from prometheus_client import make_asgi_app
+from prometheus_client import disable_created_metrics, make_asgi_app
 
 from controlplane.runtime import controller_metrics
 from controlplane.runtime.client import KubeClient
@@ -230,6 +230,8 @@ class Manager:
             await _respond(send, 404, b"not found")
 
 
+# controller-runtime exposes no ``*_created`` series; dashboards written for it expect none.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 _METRICS_APP = make_asgi_app(registry=REGISTRY)
 
 

@@ -1,0 +1,146 @@
+"""The controller's pure logic: event mapping, predicates, and what each reconcile outcome does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from controlplane.runtime import controller as controller_module
+from controlplane.runtime.controller import (
+    Controller,
+    GenerationChanged,
+    Request,
+    Result,
+    TerminalError,
+    _EnqueueHandler,
+    enqueue_controller_owner,
+    enqueue_object,
+)
+from controlplane.runtime.informer import DeletedFinalStateUnknown
+from controlplane.runtime.workqueue import RateLimitingQueue
+
+pytestmark = pytest.mark.anyio
+
+
+def _obj(
+    name: str, generation: int = 1, owners: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "ns", "generation": generation}
+    if owners is not None:
+        meta["ownerReferences"] = owners
+    return {"metadata": meta}
+
+
+def test_request_keys_and_text() -> None:
+    assert Request.for_object(_obj("a")) == Request("ns", "a")
+    assert str(Request("ns", "a")) == "ns/a"
+    assert str(Request("", "node")) == "node"
+
+
+def test_owner_mapping_follows_only_the_controlling_owner_of_that_kind() -> None:
+    pool = {"apiVersion": "inference.modelpool.dev/v1alpha1", "kind": "ModelPool", "name": "p"}
+    mapper = enqueue_controller_owner("inference.modelpool.dev", "ModelPool")
+    assert list(mapper(_obj("d", owners=[{**pool, "controller": True}]))) == [Request("ns", "p")]
+    assert list(mapper(_obj("d", owners=[{**pool, "controller": False}]))) == []
+    other = {**pool, "apiVersion": "other.dev/v1", "controller": True}
+    assert list(mapper(_obj("d", owners=[other]))) == []
+    assert list(mapper(_obj("d"))) == []
+
+
+def test_handler_applies_predicates_and_unwraps_tombstones() -> None:
+    queue: RateLimitingQueue[Request] = RateLimitingQueue()
+    handler = _EnqueueHandler(queue, enqueue_object, [GenerationChanged()])
+    handler.on_update(_obj("status-only", 1), _obj("status-only", 1))
+    assert len(queue) == 0
+    handler.on_update(_obj("spec", 1), _obj("spec", 2))
+    handler.on_add(_obj("new"), True)
+    handler.on_delete(DeletedFinalStateUnknown("ns/gone", _obj("gone")))
+    handler.on_add(_obj("new"), False)  # collapses with the queued one
+    assert len(queue) == 3
+
+
+class Scripted:
+    """Returns or raises what the script says for each call, then succeeds."""
+
+    def __init__(self, *outcomes: Result | Exception) -> None:
+        self.outcomes = list(outcomes)
+        self.calls = 0
+
+    async def reconcile(self, request: Request) -> Result:
+        self.calls += 1
+        if not self.outcomes:
+            return Result()
+        outcome = self.outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+
+async def _run_until(controller: Controller, reconciler: Scripted, calls: int) -> None:
+    async with anyio.create_task_group() as group:
+        group.start_soon(controller.start)
+        with anyio.fail_after(5):
+            while True:
+                if reconciler.calls >= calls and len(controller.queue) == 0:
+                    break
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.1)  # room for an unwanted extra call to show up
+        group.cancel_scope.cancel()
+
+
+async def test_errors_retry_until_success_and_then_stop() -> None:
+    reconciler = Scripted(RuntimeError("boom"), RuntimeError("boom"))
+    controller = Controller("retry", reconciler)
+    controller.queue.add(Request("ns", "a"))
+    await _run_until(controller, reconciler, 3)
+    assert reconciler.calls == 3
+    assert controller.queue.num_requeues(Request("ns", "a")) == 0
+
+
+async def test_terminal_error_is_not_retried() -> None:
+    reconciler = Scripted(TerminalError("never"))
+    controller = Controller("terminal", reconciler)
+    controller.queue.add(Request("ns", "a"))
+    await _run_until(controller, reconciler, 1)
+    assert reconciler.calls == 1
+
+
+async def test_requeue_after_comes_back_and_requeue_is_rate_limited() -> None:
+    reconciler = Scripted(Result(requeue_after=0.05), Result(requeue=True))
+    controller = Controller("requeue", reconciler)
+    controller.queue.add(Request("ns", "a"))
+    await _run_until(controller, reconciler, 3)
+    assert reconciler.calls == 3
+
+
+def test_at_least_one_worker() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        Controller("none", Scripted(), max_concurrent_reconciles=0)
+
+
+@pytest.fixture
+def spans(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(controller_module, "tracer", provider.get_tracer("test"))
+    return exporter
+
+
+async def test_each_reconcile_is_a_span_with_controller_key_and_result(
+    spans: InMemorySpanExporter,
+) -> None:
+    reconciler = Scripted(RuntimeError("boom"))
+    controller = Controller("traced", reconciler)
+    controller.queue.add(Request("ns", "a"))
+    await _run_until(controller, reconciler, 2)
+    finished = [dict(span.attributes or {}) for span in spans.get_finished_spans()]
+    assert finished == [
+        {"controller": "traced", "key": "ns/a", "result": "error"},
+        {"controller": "traced", "key": "ns/a", "result": "success"},
+    ]
