@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # The control-plane binaries live outside the repository, in a cache keyed by version.
 ASSETS = $(shell hack/build-controlplane.sh 2>/dev/null | tail -n 1)
 
-.PHONY: help venv controlplane-bins test test-unit test-e2e lint demo dev clean manifests check-rbac
+.PHONY: help venv controlplane-bins test test-unit test-e2e lint demo dev clean bench manifests check-rbac
 
 help:
 	@echo "make demo               run the whole system locally and show it working"
@@ -18,6 +18,7 @@ help:
 	@echo "make manifests          regenerate manifests/crd and manifests/rbac from the code"
 	@echo "make check-rbac         prove the RBAC manifests are enough for the code, and no more"
 	@echo "make controlplane-bins  build kube-apiserver, kube-controller-manager, kubectl, etcd"
+	@echo "make bench              controller benchmark: ours vs kopf vs controller-runtime"
 
 $(BIN)/controlplane: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +56,12 @@ demo: venv controlplane-bins
 
 dev: venv controlplane-bins
 	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/controlplane dev
+
+# The comparative controller benchmark (bench/README.md); BENCH_ARGS adds options.
+bench: venv controlplane-bins
+	$(BIN)/python -c 'import kopf' 2>/dev/null || $(BIN)/pip install --quiet -e '.[bench]'
+	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/python -m bench.controller_bench --objects 5000 \
+		--peers controller-runtime,kopf,ours $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

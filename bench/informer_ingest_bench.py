@@ -6,7 +6,7 @@ The input is a stream of watch lines for realistic Pods (about 1.9 KB each, as i
 ``shared/notes/performance.md``), fed in 64 KiB chunks through the client's own line splitter and
 decoder and the informer's event path (transform, store, three indexes). No handler is attached,
 so this is the cost an informer adds per event before any controller sees it. The reference is
-the decode ceiling measured in the same process: ``orjson.loads`` alone over the same lines.
+the decode ceiling measured in the same process: ``msgspec.json.decode`` alone over the same lines.
 
 Memory: ``tracemalloc`` measures what the store holds for N distinct Pods, against the Pods' raw
 JSON size as the API server sends them (``managedFields`` included, since that is what arrives).
@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
-import orjson
+import msgspec
 
 from controlplane.runtime.client import _events
 from controlplane.runtime.informer import Informer
@@ -125,7 +125,9 @@ def watch_lines(events: int, distinct: int) -> list[bytes]:
     lines = []
     for n in range(events):
         kind = "ADDED" if n < distinct else "MODIFIED"
-        lines.append(orjson.dumps({"type": kind, "object": realistic_pod(n % distinct, n + 1)}))
+        lines.append(
+            msgspec.json.encode({"type": kind, "object": realistic_pod(n % distinct, n + 1)})
+        )
     return lines
 
 
@@ -152,14 +154,14 @@ async def ingest(lines: list[bytes]) -> tuple[float, Informer]:
 def decode_ceiling(lines: list[bytes]) -> float:
     started = time.perf_counter()
     for line in lines:
-        orjson.loads(line)
+        msgspec.json.decode(line)
     return time.perf_counter() - started
 
 
 def cache_memory(distinct: int) -> tuple[int, int]:
     """(bytes the store holds, raw JSON bytes of the same Pods)."""
     lines = watch_lines(distinct, distinct)
-    raw = sum(len(orjson.dumps(realistic_pod(i, i + 1))) for i in range(distinct))
+    raw = sum(len(msgspec.json.encode(realistic_pod(i, i + 1))) for i in range(distinct))
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
@@ -186,7 +188,7 @@ def main() -> None:
     decode_rate = args.events / best_decode
     held, raw = cache_memory(args.distinct)
     print(f"watch line size: {size:.0f} B average over {args.events} events")
-    print(f"decode ceiling (orjson.loads only): {decode_rate:,.0f} events/s")
+    print(f"decode ceiling (msgspec.json.decode only): {decode_rate:,.0f} events/s")
     print(
         f"informer ingest (split, decode, transform, cache, 3 indexes): {ingest_rate:,.0f} "
         f"events/s = {ingest_rate / decode_rate:.0%} of the ceiling, "

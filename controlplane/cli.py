@@ -13,6 +13,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+import anyio
+
 from controlplane.envtest import ControlPlane, EnvtestError
 from controlplane.preflight import command as preflight_command
 
@@ -75,12 +77,80 @@ def cmd_dev(_: argparse.Namespace) -> int:
     return 0
 
 
+def _address(text: str) -> tuple[str, int] | None:
+    """``host:port`` (``:8081`` means every interface); ``0`` disables the endpoint."""
+    if text == "0":
+        return None
+    host, _, port = text.rpartition(":")
+    try:
+        return (host or "0.0.0.0", int(port))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected host:port or 0, got {text!r}") from err
+
+
+def cmd_operator(args: argparse.Namespace) -> int:
+    """Run the operator: a leader-elected manager gated by the RBAC preflight."""
+    from controlplane.operator import OperatorSettings, run_operator
+    from controlplane.preflight import EXIT_DENIED, PreflightDenied
+    from controlplane.runtime.leaderelection import LeadershipLost
+
+    settings = OperatorSettings(
+        namespace=args.namespace,
+        kubeconfig=args.kubeconfig,
+        identity=args.identity,
+        leader_elect=args.leader_elect,
+        leader_election_id=args.leader_election_id,
+        probe_address=args.health_probe_bind_address,
+        metrics_address=args.metrics_bind_address,
+        preflight_cache_dir=args.preflight_cache_dir,
+    )
+    code = 0
+    try:
+        anyio.run(run_operator, settings)
+    except* PreflightDenied as denied:
+        print(f"error: {_first(denied)}", file=sys.stderr)
+        code = EXIT_DENIED
+    except* LeadershipLost as lost:
+        print(f"error: {_first(lost)}", file=sys.stderr)
+        code = 1
+    return code
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first leaf of a (possibly nested) exception group: the error worth printing."""
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
+
+
+def _add_operator_arguments(parser: argparse.ArgumentParser) -> None:
+    from controlplane.controllers.rbac import OPERATOR_NAMESPACE
+    from controlplane.operator import LEADER_ELECTION_ID
+
+    parser.add_argument(
+        "--namespace",
+        default=os.environ.get("POD_NAMESPACE", OPERATOR_NAMESPACE),
+        help="the operator's own namespace: its Lease and preflight scope ($POD_NAMESPACE)",
+    )
+    parser.add_argument("--kubeconfig", type=Path, default=None)
+    parser.add_argument("--identity", default="", help="leader-election identity ($POD_NAME)")
+    parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--leader-election-id", default=LEADER_ELECTION_ID)
+    parser.add_argument("--health-probe-bind-address", type=_address, default=("0.0.0.0", 8081))
+    parser.add_argument("--metrics-bind-address", type=_address, default=("0.0.0.0", 8080))
+    parser.add_argument("--preflight-cache-dir", type=Path, default=None)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="controlplane", description=__doc__)
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help=cmd_demo.__doc__).set_defaults(run=cmd_demo)
     commands.add_parser("dev", help=cmd_dev.__doc__).set_defaults(run=cmd_dev)
+    operator = commands.add_parser("operator", help=cmd_operator.__doc__)
+    _add_operator_arguments(operator)
+    operator.set_defaults(run=cmd_operator)
     preflight = commands.add_parser("preflight", help=preflight_command.run.__doc__)
     preflight_command.add_arguments(preflight)
     preflight.set_defaults(run=preflight_command.run)
@@ -92,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per API request is noise
     try:
         code: int = args.run(args)
     except EnvtestError as err:

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
+import msgspec
 from cachetools import TTLCache
 
 from controlplane.preflight.backoff import SYSTEM_CLOCK, Clock
@@ -69,7 +69,7 @@ class CacheKey:
     permissions: str
 
     def digest(self) -> str:
-        return hashlib.sha256(orjson.dumps(asdict(self), option=orjson.OPT_SORT_KEYS)).hexdigest()
+        return hashlib.sha256(msgspec.json.encode(asdict(self), order="sorted")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,13 +188,13 @@ def _encode(entry: CachedVerdict) -> bytes:
         "outcome": "ALLOWED",
         "checkedAt": entry.checked_at,
     }
-    return orjson.dumps(document, option=orjson.OPT_INDENT_2)
+    return msgspec.json.format(msgspec.json.encode(document), indent=2)
 
 
 def _decode(raw: bytes, key: CacheKey, now: float) -> CachedVerdict:
     try:
-        document: Any = orjson.loads(raw)
-    except orjson.JSONDecodeError as err:
+        document: Any = msgspec.json.decode(raw)
+    except msgspec.DecodeError as err:
         raise CacheEntryRejected(f"corrupt: {err}") from err
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise CacheEntryRejected(f"not a {FORMAT} document")

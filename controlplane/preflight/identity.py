@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
+import msgspec
 from cryptography import x509
 
 from controlplane.runtime.config import ClientConfig
@@ -55,7 +55,9 @@ def _jwt_claims(token: str) -> dict[str, Any] | None:
     if len(parts) != 3:
         return None
     try:
-        claims = orjson.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+        claims = msgspec.json.decode(
+            base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))
+        )
     except (binascii.Error, ValueError):
         return None
     return claims if isinstance(claims, dict) and claims.get("sub") else None
@@ -98,5 +100,5 @@ def identity_of(config: ClientConfig) -> Identity:
     if not parts:
         parts["anonymous"] = True
         described.append("anonymous")
-    key = hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    key = hashlib.sha256(msgspec.json.encode(parts, order="sorted")).hexdigest()
     return Identity(key, ", ".join(described))

@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import anyio
-import orjson
+import msgspec
 
 from controlplane.runtime.backoff import Backoff
-from controlplane.runtime.cache import IndexFunc, Object, Store, object_key
+from controlplane.runtime.cache import IndexFunc, Object, Store, StoreChange, object_key
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import (
     ApiError,
@@ -49,6 +49,7 @@ WATCHDOG_GRACE_SECONDS = 30.0
 RELIST_PAGE_SIZE = 500
 
 Transform = Callable[[Object], Object]
+_DECODE = msgspec.json.Decoder().decode
 
 
 def drop_managed_fields(obj: Object) -> Object:
@@ -159,28 +160,39 @@ class Informer:
 
     async def _list(self) -> None:
         consistent = self._relist_consistently
-        listed = await self.client.list(
-            self.resource,
-            self.namespace,
-            label_selector=self.label_selector,
-            field_selector=self.field_selector,
-            resource_version="" if consistent else "0",
-            page_size=self.settings.relist_page_size,
-        )
+        pages = [
+            page
+            async for page in self.client.list_pages(
+                self.resource,
+                self.namespace,
+                label_selector=self.label_selector,
+                field_selector=self.field_selector,
+                resource_version="" if consistent else "0",
+                page_size=self.settings.relist_page_size,
+            )
+        ]
         self.stats["lists"] += 1
-        objects = [self._transform(obj) for obj in listed.items]
+
+        def objects() -> Iterator[Object]:
+            # Decoded, stored and announced one at a time (see RawPage for why).
+            for page in pages:
+                for obj in page.objects():
+                    yield self._transform(obj)
+
         initial = not self._synced.is_set()
-        delta = self.store.replace(objects)
-        for handler in self._handlers:
-            for obj in delta.added:
-                handler.on_add(obj, initial)
-            for old, new in delta.updated:
-                handler.on_update(old, new)
-            for gone in delta.deleted:
-                handler.on_delete(DeletedFinalStateUnknown(object_key(gone), gone))
-        self.last_resource_version = listed.resource_version
+        self.store.replace(objects(), lambda change: self._announce(change, initial))
+        self.last_resource_version = pages[-1].resource_version if pages else ""
         self._relist_consistently = False
         self._synced.set()
+
+    def _announce(self, change: StoreChange, initial: bool) -> None:
+        for handler in self._handlers:
+            if change.kind == "added":
+                handler.on_add(change.obj, initial)
+            elif change.kind == "updated" and change.old is not None:
+                handler.on_update(change.old, change.obj)
+            elif change.kind == "deleted":
+                handler.on_delete(DeletedFinalStateUnknown(object_key(change.obj), change.obj))
 
     async def _watch(self) -> None:
         low, high = self.settings.watch_timeout_range
@@ -216,7 +228,7 @@ class Informer:
                     for handler in self._handlers:
                         handler.on_add(obj, False)
                 else:
-                    old = orjson.loads(old_raw)
+                    old = _DECODE(old_raw)
                     for handler in self._handlers:
                         handler.on_update(old, obj)
         elif kind == "DELETED":

@@ -16,13 +16,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
 import anyio
-import orjson
+import msgspec
 from prometheus_client import disable_created_metrics, make_asgi_app
 
 from controlplane.runtime import controller_metrics
@@ -74,6 +74,7 @@ class Manager:
         self._runnables: list[Runnable] = []
         self._controllers: list[Controller] = []
         self._readiness: dict[str, ReadinessCheck] = {}
+        self._start_gates: list[Callable[[], Awaitable[object]]] = []
         self._group: anyio.abc.TaskGroup | None = None
         self.elector: LeaderElector | None = None
         #: Bound addresses once serving, e.g. ``{"probe": ("127.0.0.1", 8081)}``.
@@ -119,6 +120,14 @@ class Manager:
     def add_readiness_check(self, name: str, check: ReadinessCheck) -> None:
         self._readiness[name] = check
 
+    def add_start_gate(self, gate: Callable[[], Awaitable[object]]) -> None:
+        """Await ``gate`` after the caches sync and before campaigning or starting controllers.
+
+        A gate that raises stops the manager: a process must not lead, let alone reconcile,
+        before it knows it may (the RBAC preflight is such a gate).
+        """
+        self._start_gates.append(gate)
+
     # -- state -----------------------------------------------------------------------------------
 
     @property
@@ -154,6 +163,8 @@ class Manager:
             for informer in list(self._informers.values()):
                 await informer.wait_for_sync()
             log.info("manager %s: caches synced", self.options.name)
+            for gate in self._start_gates:
+                await gate()
             await self._lead()
             group.cancel_scope.cancel()
 
@@ -170,10 +181,13 @@ class Manager:
         await self.elector.run(self._run_leader_runnables)
 
     async def _run_leader_runnables(self) -> None:
+        """Start the leader-only runnables, then lead until cancelled (as controller-runtime's
+        manager does: a runnable that returns does not end the manager)."""
         async with anyio.create_task_group() as group:
             for runnable in self._runnables:
                 if runnable.needs_leader_election:
                     group.start_soon(runnable.start)
+            await anyio.sleep_forever()
 
     async def shutdown(self) -> None:
         """Graceful stop: drain controllers (bounded), then cancel everything."""
@@ -223,7 +237,7 @@ class Manager:
         elif path == "/readyz":
             reasons = self.not_ready_reasons()
             if reasons:
-                await _respond(send, 503, orjson.dumps({"ready": False, "reasons": reasons}))
+                await _respond(send, 503, msgspec.json.encode({"ready": False, "reasons": reasons}))
             else:
                 await _respond(send, 200, b"ok")
         else:

@@ -7,48 +7,16 @@ get` prints the columns the design promises.
 
 from __future__ import annotations
 
-import os
-import shutil
-from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
-from controlplane.envtest import find_binaries
-from controlplane.envtest.errors import EnvtestError
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import Forbidden
 from controlplane.runtime.resources import DEPLOYMENTS, NAMESPACES, PODS
 from tests.e2e.clusters import TestCluster
-
-REPO = Path(__file__).resolve().parents[2]
-MANIFESTS = REPO / "manifests"
-
-
-async def kubectl(cluster: TestCluster, *args: str, check: bool = True) -> tuple[int, str, str]:
-    """Run the kubectl built with the control plane (or one on PATH) as the cluster admin."""
-    try:
-        binary = find_binaries().kubectl
-    except EnvtestError:
-        binary = None
-    found = str(binary) if binary is not None else shutil.which("kubectl")
-    assert found is not None, "kubectl is built by hack/build-controlplane.sh"
-    env = {**os.environ, "KUBECONFIG": str(cluster.admin_kubeconfig)}
-    done = await anyio.run_process([found, *args], env=env, check=False, cwd=REPO)
-    out, err = done.stdout.decode(), done.stderr.decode()
-    if check:
-        assert done.returncode == 0, f"kubectl {' '.join(args)} failed:\n{out}\n{err}"
-    return done.returncode, out, err
-
-
-async def install(cluster: TestCluster) -> None:
-    """The documented install, then wait until the CRDs are served."""
-    await kubectl(cluster, "apply", "-k", str(MANIFESTS / "default"))
-    crds = [f"crd/{kind.PLURAL}.inference.modelpool.dev" for kind in (InferenceService, ModelPool)]
-    crds.append(f"crd/{ModelRouter.PLURAL}.inference.modelpool.dev")
-    await kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", *crds)
+from tests.e2e.kubectl import MANIFESTS, install, kubectl
 
 
 async def test_default_install_and_samples_are_accepted(

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import anyio
 import httpx
-import orjson
+import msgspec
 import pytest
 
 from controlplane.controllers import rbac
@@ -88,7 +88,7 @@ class ChaosPlane:
         """Wall-clock receive times of every review ``user`` sent, one per request."""
         times: dict[str, float] = {}
         for line in self.audit_log.read_bytes().splitlines():
-            event = orjson.loads(line)
+            event = msgspec.json.decode(line)
             if event.get("user", {}).get("username") != user:
                 continue
             stamp = datetime.fromisoformat(event["requestReceivedTimestamp"]).timestamp()

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 import secrets
-import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +24,6 @@ from controlplane.controllers.rbac import (
     OPERATOR_NAMESPACE,
     OPERATOR_SERVICE_ACCOUNT,
 )
-from controlplane.envtest import find_binaries
-from controlplane.envtest.errors import EnvtestError
 from controlplane.rbacmanifests.check import Declarations, check, load_documents
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import Forbidden, NotFound
@@ -40,23 +36,12 @@ from controlplane.runtime.resources import (
     SELF_SUBJECT_REVIEWS,
 )
 from tests.e2e.clusters import TestCluster
+from tests.e2e.kubectl import kubectl
 from tests.e2e.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 ESCALATION = "is attempting to grant RBAC permissions not currently held"
 OPERATOR = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}"
-
-
-async def kubectl(cluster: TestCluster, *args: str) -> None:
-    try:
-        binary = find_binaries().kubectl
-    except EnvtestError:
-        binary = None
-    found = str(binary) if binary is not None else shutil.which("kubectl")
-    assert found is not None, "kubectl is built by hack/build-controlplane.sh"
-    env = {**os.environ, "KUBECONFIG": str(cluster.admin_kubeconfig)}
-    done = await anyio.run_process([found, *args], env=env, check=False, cwd=REPO)
-    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
 
 
 def activation_role(namespace: str, rules: tuple[PolicyRule, ...]) -> dict[str, Any]:

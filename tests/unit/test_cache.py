@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from controlplane.runtime.cache import (
     NAMESPACE_INDEX,
     OWNER_UID_INDEX,
     Store,
+    StoreChange,
     object_key,
 )
 
@@ -64,17 +66,31 @@ def test_unknown_index_is_named() -> None:
         Store().index_keys("nope", "v")
 
 
-def test_replace_reports_exactly_what_changed() -> None:
+def test_replace_reports_exactly_what_changed_as_it_goes() -> None:
     store = Store()
     for name in ("keep", "change", "vanish"):
         store.upsert(_obj(name))
-    delta = store.replace([_obj("keep"), _obj("change", rv="2"), _obj("new")])
-    assert [o["metadata"]["name"] for o in delta.added] == ["new"]
-    assert [
-        (old["metadata"]["resourceVersion"], new["metadata"]["resourceVersion"])
-        for old, new in delta.updated
-    ] == [("1", "2")]
-    assert [o["metadata"]["name"] for o in delta.deleted] == ["vanish"]
+    changes: list[StoreChange] = []
+    consumed: list[str] = []
+
+    def listed() -> Iterator[dict[str, Any]]:
+        for obj in (_obj("keep"), _obj("change", rv="2"), _obj("new")):
+            consumed.append(obj["metadata"]["name"])
+            yield obj
+
+    def record(change: StoreChange) -> None:
+        # Each change is reported before the next object is even produced.
+        changes.append(change)
+        assert consumed[-1] == change.obj["metadata"]["name"] or change.kind == "deleted"
+
+    store.replace(listed(), record)
+    summary = [(c.kind, c.obj["metadata"]["name"], c.old and c.old["metadata"]["resourceVersion"])
+               for c in changes]  # fmt: skip
+    assert summary == [
+        ("updated", "change", "1"),
+        ("added", "new", None),
+        ("deleted", "vanish", None),
+    ]
     assert sorted(store.keys()) == ["ns/change", "ns/keep", "ns/new"]
 
 

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
+import msgspec
 import pytest
 
 from controlplane.preflight.cache import (
@@ -27,7 +27,9 @@ def _document(checked_at: object, outcome: str = "ALLOWED", **key_fields: str) -
     key = {"server": KEY.server, "namespace": KEY.namespace}
     key |= {"identity": KEY.identity, "permissions": KEY.permissions}
     key |= key_fields
-    return orjson.dumps({"format": FORMAT, "key": key, "outcome": outcome, "checkedAt": checked_at})
+    return msgspec.json.encode(
+        {"format": FORMAT, "key": key, "outcome": outcome, "checkedAt": checked_at}
+    )
 
 
 def fresh_cache(directory: Path, clock: FakeClock | None = None) -> VerdictCache:
@@ -51,7 +53,7 @@ def test_a_stored_verdict_is_read_back_by_another_process_s_cache(tmp_path: Path
         (b"{not json", "corrupt"),
         (b"", "corrupt"),
         (b"[1, 2]", "not a"),
-        (orjson.dumps({"format": "something/else", "key": {}}), "not a"),
+        (msgspec.json.encode({"format": "something/else", "key": {}}), "not a"),
         (_document(1.0, namespace="team-b"), "foreign"),
         (_document(1.0, identity="identity-2"), "foreign"),
     ],

@@ -6,7 +6,7 @@ import base64
 import ssl
 from pathlib import Path
 
-import orjson
+import msgspec
 from kubernetes import client as k8s_client
 
 from controlplane.envtest.pki import CertificateAuthority
@@ -18,7 +18,7 @@ SERVER = "https://a:6443"
 
 def jwt(claims: dict[str, object]) -> str:
     def part(value: dict[str, object]) -> str:
-        return base64.urlsafe_b64encode(orjson.dumps(value)).rstrip(b"=").decode()
+        return base64.urlsafe_b64encode(msgspec.json.encode(value)).rstrip(b"=").decode()
 
     return f"{part({'alg': 'RS256'})}.{part(claims)}.c2lnbmF0dXJl"
 

@@ -1,0 +1,43 @@
+"""kubectl for e2e tests: the binary built with the control plane, acting as the cluster admin."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import anyio
+
+from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
+from controlplane.envtest import find_binaries
+from controlplane.envtest.errors import EnvtestError
+from tests.e2e.clusters import TestCluster
+
+REPO = Path(__file__).resolve().parents[2]
+MANIFESTS = REPO / "manifests"
+
+
+async def kubectl(cluster: TestCluster, *args: str, check: bool = True) -> tuple[int, str, str]:
+    """Run kubectl (the one built by hack/, else one on PATH); return code, stdout, stderr."""
+    try:
+        binary = find_binaries().kubectl
+    except EnvtestError:
+        binary = None
+    found = str(binary) if binary is not None else shutil.which("kubectl")
+    assert found is not None, "kubectl is built by hack/build-controlplane.sh"
+    env = {**os.environ, "KUBECONFIG": str(cluster.admin_kubeconfig)}
+    done = await anyio.run_process([found, *args], env=env, check=False, cwd=REPO)
+    out, err = done.stdout.decode(), done.stderr.decode()
+    if check:
+        assert done.returncode == 0, f"kubectl {' '.join(args)} failed:\n{out}\n{err}"
+    return done.returncode, out, err
+
+
+async def install(cluster: TestCluster) -> None:
+    """The documented install (`kubectl apply -k manifests/default`), CRDs established."""
+    await kubectl(cluster, "apply", "-k", str(MANIFESTS / "default"))
+    crds = [
+        f"crd/{kind.PLURAL}.inference.modelpool.dev"
+        for kind in (InferenceService, ModelPool, ModelRouter)
+    ]
+    await kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", *crds)
