@@ -13,6 +13,7 @@ not retried, since retrying cannot help; success forgets the key's backoff.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,7 +49,8 @@ class Request:
     @classmethod
     def for_object(cls, obj: Mapping[str, Any]) -> Request:
         meta = obj["metadata"]
-        return cls(meta.get("namespace") or "", meta["name"])
+        # Queued requests outlive the decoded object: share one copy of each namespace string.
+        return cls(sys.intern(meta.get("namespace") or ""), meta["name"])
 
 
 @dataclass(frozen=True, slots=True)
