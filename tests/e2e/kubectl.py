@@ -17,7 +17,9 @@ REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
 
 
-async def kubectl(cluster: TestCluster, *args: str, check: bool = True) -> tuple[int, str, str]:
+async def kubectl(
+    cluster: TestCluster, *args: str, check: bool = True, stdin: str = ""
+) -> tuple[int, str, str]:
     """Run kubectl (the one built by hack/, else one on PATH); return code, stdout, stderr."""
     try:
         binary = find_binaries().kubectl
@@ -26,7 +28,9 @@ async def kubectl(cluster: TestCluster, *args: str, check: bool = True) -> tuple
     found = str(binary) if binary is not None else shutil.which("kubectl")
     assert found is not None, "kubectl is built by hack/build-controlplane.sh"
     env = {**os.environ, "KUBECONFIG": str(cluster.admin_kubeconfig)}
-    done = await anyio.run_process([found, *args], env=env, check=False, cwd=REPO)
+    done = await anyio.run_process(
+        [found, *args], input=stdin.encode(), env=env, check=False, cwd=REPO
+    )
     out, err = done.stdout.decode(), done.stderr.decode()
     if check:
         assert done.returncode == 0, f"kubectl {' '.join(args)} failed:\n{out}\n{err}"

@@ -8,22 +8,18 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from controlplane.api.v1alpha1 import API_VERSION, InferenceService, ModelPool, ModelRouter
-from controlplane.envtest import find_binaries
-from controlplane.envtest.errors import EnvtestError
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import Invalid
 from controlplane.runtime.resources import Resource
 from tests.e2e.clusters import TestCluster
+from tests.e2e.kubectl import kubectl
 
 # Marked here, not only by conftest after collection: anyio must see the mark while pytest
 # parametrizes, or the table's parameters are lost.
@@ -131,31 +127,18 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
 ]  # fmt: skip
 
 
-def _kubectl_binary() -> str:
-    try:
-        binary = find_binaries().kubectl
-    except EnvtestError:
-        binary = None
-    found = str(binary) if binary is not None else shutil.which("kubectl")
-    assert found is not None, "kubectl is built by hack/build-controlplane.sh"
-    return found
-
-
-async def kubectl(cluster: TestCluster, *args: str, stdin: str = "") -> tuple[int, str]:
-    env = {**os.environ, "KUBECONFIG": str(cluster.admin_kubeconfig)}
-    done = await anyio.run_process(
-        [_kubectl_binary(), *args], input=stdin.encode(), env=env, check=False, cwd=REPO
-    )
-    return done.returncode, done.stdout.decode() + done.stderr.decode()
+async def run_kubectl(cluster: TestCluster, *args: str, stdin: str = "") -> tuple[int, str]:
+    code, out, err = await kubectl(cluster, *args, check=False, stdin=stdin)
+    return code, out + err
 
 
 @pytest.fixture
 async def crds(cluster: TestCluster) -> None:
     """The committed CRDs, installed the documented way and established."""
-    code, out = await kubectl(cluster, "apply", "-k", "manifests/crd")
+    code, out = await run_kubectl(cluster, "apply", "-k", "manifests/crd")
     assert code == 0, out
     names = [f"crd/{r.plural}.{r.group}" for r in RESOURCES.values()]
-    code, out = await kubectl(
+    code, out = await run_kubectl(
         cluster, "wait", "--for=condition=Established", "--timeout=60s", *names
     )
     assert code == 0, out
@@ -195,7 +178,9 @@ async def test_kubectl_apply_shows_the_field_to_the_user(
     cluster: TestCluster, namespace: str
 ) -> None:
     bad = changed(POOL, spec__default="c")
-    code, out = await kubectl(cluster, "apply", "-n", namespace, "-f", "-", stdin=json.dumps(bad))
+    code, out = await run_kubectl(
+        cluster, "apply", "-n", namespace, "-f", "-", stdin=json.dumps(bad)
+    )
     assert code != 0
     assert 'The ModelPool "gpu-0" is invalid' in out
     assert "spec.default: Invalid value" in out
