@@ -41,7 +41,7 @@ async def run(args: argparse.Namespace) -> None:
     resource = Resource(args.group, args.version, args.plural, args.kind)
     informer = manager.informer(resource, args.namespace)
     controller = manager.new_controller("bench", CountingReconciler(informer, tally))
-    controller.watch(informer)
+    controller.for_(informer)
 
     async def report_sync() -> None:
         await informer.wait_for_sync()

@@ -26,6 +26,7 @@ from controlplane.runtime import controller_metrics as metrics
 from controlplane.runtime.cache import Object
 from controlplane.runtime.informer import DeletedFinalStateUnknown, Informer
 from controlplane.runtime.metrics import workqueue_metrics_provider
+from controlplane.runtime.resources import Resource
 from controlplane.runtime.workqueue import QueueShutDown, RateLimitingQueue
 from controlplane.runtime.workqueue.ratelimiters import RateLimiter
 
@@ -174,12 +175,23 @@ class Controller:
             rate_limiter, name=name, metrics_provider=workqueue_metrics_provider()
         )
         self._informers: list[Informer] = []
+        self._primary: Resource | None = None
         self.needs_leader_election = True
 
-    def watch(
-        self, informer: Informer, map_fn: MapFunc = enqueue_object, *predicates: Predicate
-    ) -> Controller:
-        """Feed this controller from ``informer``'s events."""
+    def for_(self, informer: Informer, *predicates: Predicate) -> Controller:
+        """The primary resource: each of its events reconciles the object itself."""
+        self._primary = informer.resource
+        return self.watches(informer, enqueue_object, *predicates)
+
+    def owns(self, informer: Informer, *predicates: Predicate) -> Controller:
+        """A resource this controller creates: its events reconcile the controlling owner."""
+        if self._primary is None:
+            raise ValueError(f"controller {self.name}: call for_() before owns()")
+        mapper = enqueue_controller_owner(self._primary.group, self._primary.kind)
+        return self.watches(informer, mapper, *predicates)
+
+    def watches(self, informer: Informer, map_fn: MapFunc, *predicates: Predicate) -> Controller:
+        """Any resource, mapped to the requests it should trigger by ``map_fn``."""
         informer.add_handler(_EnqueueHandler(self.queue, map_fn, predicates))
         self._informers.append(informer)
         return self

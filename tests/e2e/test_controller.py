@@ -8,7 +8,7 @@ import anyio
 import httpx
 
 from controlplane.runtime.client import KubeClient
-from controlplane.runtime.controller import Request, Result, TerminalError, enqueue_controller_owner
+from controlplane.runtime.controller import Request, Result, TerminalError
 from controlplane.runtime.manager import Manager, ManagerOptions
 from controlplane.runtime.resources import CONFIGMAPS, EVENTS, SECRETS
 from controlplane.runtime.workqueue import DEFAULT_ITEM_BASE_DELAY
@@ -44,7 +44,7 @@ async def test_failing_reconcile_is_retried_with_growing_delays_then_stops(
     )
     reconciler.manager = manager
     controller = manager.new_controller("flaky", reconciler)
-    controller.watch(manager.informer(CONFIGMAPS, namespace))
+    controller.for_(manager.informer(CONFIGMAPS, namespace))
     async with anyio.create_task_group() as group:
         group.start_soon(manager.run)
         await admin.create(CONFIGMAPS, {"metadata": {"name": "target"}}, namespace)
@@ -94,10 +94,8 @@ async def test_owns_maps_dependents_to_owner_and_terminal_errors_are_not_retried
         ManagerOptions(name="owner", probe_address=None, metrics_address=None),
     )
     controller = manager.new_controller("owner", reconciler, max_concurrent_reconciles=2)
-    controller.watch(manager.informer(SECRETS, namespace))
-    controller.watch(
-        manager.informer(CONFIGMAPS, namespace), enqueue_controller_owner("", "Secret")
-    )
+    controller.for_(manager.informer(SECRETS, namespace))
+    controller.owns(manager.informer(CONFIGMAPS, namespace))
     recorder = manager.event_recorder("owner-controller", "test")
     async with anyio.create_task_group() as group:
         group.start_soon(manager.run)

@@ -118,6 +118,15 @@ async def test_requeue_after_comes_back_and_requeue_is_rate_limited() -> None:
     assert reconciler.calls == 3
 
 
+def test_owns_needs_a_primary_resource() -> None:
+    from controlplane.runtime.informer import Informer
+    from controlplane.runtime.resources import CONFIGMAPS
+
+    controller = Controller("orphan", Scripted())
+    with pytest.raises(ValueError, match="call for_\\(\\) before owns\\(\\)"):
+        controller.owns(Informer(None, CONFIGMAPS))  # type: ignore[arg-type]
+
+
 def test_at_least_one_worker() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         Controller("none", Scripted(), max_concurrent_reconciles=0)
