@@ -17,6 +17,7 @@ import anyio
 
 from controlplane.envtest import ControlPlane, EnvtestError
 from controlplane.preflight import command as preflight_command
+from controlplane.sim import command as sim_command
 
 log = logging.getLogger("controlplane")
 
@@ -154,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     preflight = commands.add_parser("preflight", help=preflight_command.run.__doc__)
     preflight_command.add_arguments(preflight)
     preflight.set_defaults(run=preflight_command.run)
+    sim = commands.add_parser("sim", help=sim_command.run.__doc__)
+    sim_command.add_arguments(sim)
+    sim.set_defaults(run=sim_command.run)
     return parser
 
 
