@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 
 from controlplane.preflight.backoff import BackoffPolicy, Clock, RandomSource
+from controlplane.preflight.outage import OutageGuard
 from controlplane.preflight.permissions import ScopedPermission
 from controlplane.preflight.review import ReviewResult, SubmitReview, review
 
@@ -47,7 +48,8 @@ async def check_permissions(
     uniform: RandomSource,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
 ) -> CheckResult:
-    """Review every permission concurrently; each retries on its own schedule."""
+    """Review every permission concurrently; each retries on its own schedule, and while the
+    server gives no answer at all only one of them asks (:mod:`controlplane.preflight.outage`)."""
     limit = anyio.Semaphore(max_in_flight)
     sent = 0
 
@@ -58,10 +60,11 @@ async def check_permissions(
             return await submit(body)
 
     results: list[ReviewResult | None] = [None] * len(permissions)
+    guard = OutageGuard()
 
     async def one(index: int, permission: ScopedPermission) -> None:
         results[index] = await review(
-            permission, limited, policy=policy, clock=clock, uniform=uniform
+            permission, limited, policy=policy, clock=clock, uniform=uniform, guard=guard
         )
 
     async with anyio.create_task_group() as group:

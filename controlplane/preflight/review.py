@@ -22,6 +22,7 @@ from typing import Any
 
 from controlplane.preflight.backoff import BackoffPolicy, Clock, RandomSource
 from controlplane.preflight.errors import ReviewAnswerInvalid
+from controlplane.preflight.outage import OutageGuard
 from controlplane.preflight.permissions import ScopedPermission
 from controlplane.runtime.errors import (
     ApiError,
@@ -104,25 +105,65 @@ async def review(
     policy: BackoffPolicy,
     clock: Clock,
     uniform: RandomSource,
+    guard: OutageGuard | None = None,
 ) -> ReviewResult:
-    """Ask about ``permission`` until the API server answers or ``policy.budget`` is spent."""
+    """Ask about ``permission`` until the API server answers or ``policy.budget`` is spent.
+
+    With a ``guard`` shared by the reviews of a check, only one of them asks while the server
+    gives no answer at all; the others skip their turns (see :mod:`controlplane.preflight.outage`).
+    """
+    guard = guard or OutageGuard()
+    me = object()
     deadline = clock.monotonic() + policy.budget
     attempts = 0
-    while True:
-        attempts += 1
-        try:
-            return decide(permission, await submit(review_body(permission)), attempts)
-        except (KubeError, ReviewAnswerInvalid, ValueError) as err:
-            if not is_transient(err):
-                return ReviewResult(permission, None, attempts, error=describe(err))
-            last = err
-        now = clock.monotonic()
-        if now >= deadline:
-            return ReviewResult(permission, None, attempts, error=describe(last))
-        wait = policy.delay(attempts - 1, uniform)
-        retry_after = last.retry_after if isinstance(last, ApiError) else None
-        if retry_after is not None:
-            if now + retry_after > deadline:  # the server's word outranks our budget
-                return ReviewResult(permission, None, attempts, error=describe(last))
-            wait = max(wait, retry_after)
-        await clock.sleep(min(wait, deadline - now))
+    turn = 0  # retry turns taken, sent or skipped: the backoff step follows them
+    last: Exception | None = None
+    try:
+        while True:
+            out_of_time = turn and clock.monotonic() >= deadline
+            if out_of_time and not guard.answering and not guard.is_prober(me):
+                # Out of time while the server is silent: only its prober takes a last shot.
+                error = describe(last) if last is not None else _never_sent(guard)
+                return ReviewResult(permission, None, attempts, error=error)
+            if not guard.try_admit(me):
+                if guard.first_outcome_pending:
+                    await guard.first_outcome()
+                    continue
+                # Another review is probing a silent server: skip this turn, keep our schedule.
+            else:
+                attempts += 1
+                try:
+                    answer = await submit(review_body(permission))
+                except TransportError as err:
+                    guard.silent(me, describe(err))
+                    last = err
+                except (KubeError, ReviewAnswerInvalid, ValueError) as err:
+                    guard.answered(me)  # an answer, even an unwelcome one: the server talks
+                    if not is_transient(err):
+                        return ReviewResult(permission, None, attempts, error=describe(err))
+                    last = err
+                else:
+                    guard.answered(me)
+                    try:
+                        return decide(permission, answer, attempts)
+                    except ReviewAnswerInvalid as err:
+                        return ReviewResult(permission, None, attempts, error=describe(err))
+            now = clock.monotonic()
+            if now >= deadline:
+                error = describe(last) if last is not None else _never_sent(guard)
+                return ReviewResult(permission, None, attempts, error=error)
+            wait = policy.delay(turn, uniform)
+            turn += 1
+            if isinstance(last, ApiError) and last.retry_after is not None:
+                if now + last.retry_after > deadline:  # the server's word outranks our budget
+                    return ReviewResult(permission, None, attempts, error=describe(last))
+                wait = max(wait, last.retry_after)
+            await clock.sleep(min(wait, deadline - now))
+    finally:
+        guard.leave(me)
+
+
+def _never_sent(guard: OutageGuard) -> str:
+    return "not sent: the API server did not answer the review probing it" + (
+        f" (last: {guard.last_silence})" if guard.last_silence else ""
+    )

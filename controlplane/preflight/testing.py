@@ -9,6 +9,8 @@ that wiring with the same doubles.
 from __future__ import annotations
 
 import copy
+import heapq
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,17 +20,24 @@ import anyio.lowlevel
 
 from controlplane.preflight.permissions import ScopedPermission
 
+#: Loop turns a sleeper yields before asking whether every task is blocked.
+SETTLE_CHECKPOINTS = 5
 #: Wall-clock time at which a :class:`FakeClock` starts (any fixed instant will do).
 FAKE_EPOCH = 1_750_000_000.0
 
 
 @dataclass
 class FakeClock:
-    """Monotonic time starts at 0; :meth:`sleep` records the request and advances time at once."""
+    """Virtual time: monotonic starts at 0 and jumps to the next wake-up whenever every task is
+    blocked, so a test of many concurrent reviews runs instantly yet in the order real time would
+    give (each sleeper wakes at its own deadline, and sleepers overlap rather than add up)."""
 
     now: float = 0.0
     epoch: float = FAKE_EPOCH
     sleeps: list[float] = field(default_factory=list)
+    _sleepers: list[list[float]] = field(default_factory=list)
+    _sequence: itertools.count[int] = field(default_factory=itertools.count)
+    _tick: anyio.Event = field(default_factory=anyio.Event)
 
     def monotonic(self) -> float:
         return self.now
@@ -38,11 +47,38 @@ class FakeClock:
 
     async def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
-        self.now += seconds
-        await anyio.lowlevel.checkpoint()
+        entry = [self.now + max(seconds, 0.0), float(next(self._sequence))]
+        heapq.heappush(self._sleepers, entry)
+        self._notify()  # the newcomer may be the earliest now
+        try:
+            while True:
+                if self._sleepers[0] is entry:
+                    # Let the tasks a tick just woke settle first: the wait below polls every
+                    # 0.1 s of real time while any task is still runnable.
+                    for _ in range(SETTLE_CHECKPOINTS):
+                        await anyio.lowlevel.checkpoint()
+                    await anyio.wait_all_tasks_blocked()
+                    if self._sleepers[0] is entry:
+                        heapq.heappop(self._sleepers)
+                        self.now = max(self.now, entry[0])
+                        self._notify()
+                        return
+                else:
+                    tick = self._tick
+                    await tick.wait()
+        except BaseException:
+            if entry in self._sleepers:
+                self._sleepers.remove(entry)
+                heapq.heapify(self._sleepers)
+                self._notify()
+            raise
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+    def _notify(self) -> None:
+        self._tick.set()
+        self._tick = anyio.Event()
 
 
 #: One scripted answer: ``True``/``False`` is ``status.allowed``; an exception is raised.

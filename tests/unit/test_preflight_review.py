@@ -15,8 +15,13 @@ from controlplane.preflight.permissions import (
     permissions_for,
 )
 from controlplane.preflight.review import review_body
-from controlplane.preflight.testing import FakeApiServer, FakeClock
-from controlplane.runtime.errors import RequestTimeout, ServiceUnavailable, TransportError
+from controlplane.preflight.testing import FakeApiServer, FakeClock, Submitted
+from controlplane.runtime.errors import (
+    InternalError,
+    RequestTimeout,
+    ServiceUnavailable,
+    TransportError,
+)
 from controlplane.runtime.rbac import Permission, PolicyRule
 
 pytestmark = pytest.mark.anyio
@@ -84,7 +89,8 @@ async def test_each_retry_resubmits_its_own_permission_in_a_fresh_object() -> No
     server = FakeApiServer(clock, mutate_bodies=True)
     wanted = permissions_for(Component.ROUTER_PROXY, "ns")
     for index, permission in enumerate(wanted):
-        failures = [TransportError("reset")] * (index % 4) + [ServiceUnavailable(503, "", "")]
+        # Answers, not silence: a silent server is probed by one review (tests further down).
+        failures = [InternalError(500, "", "")] * (index % 4) + [ServiceUnavailable(503, "", "")]
         server.script(permission, *failures, True)
     result = await check_permissions(
         wanted, server, policy=DEFAULT_POLICY, clock=clock, uniform=no_jitter
@@ -99,17 +105,22 @@ async def test_each_retry_resubmits_its_own_permission_in_a_fresh_object() -> No
     assert result.reviews_sent == len(server.calls)
 
 
-async def test_reviews_of_one_check_are_in_flight_together() -> None:
+async def test_one_probe_then_the_other_reviews_are_in_flight_together() -> None:
     wanted = permissions_for(Component.ROUTER_PROXY, "ns")
     in_flight = 0
     peak = 0
+    calls = 0
     all_in = anyio.Event()
 
     async def server(body: dict[str, object]) -> dict[str, object]:
-        nonlocal in_flight, peak
+        nonlocal in_flight, peak, calls
+        calls += 1
+        if calls == 1:  # the probe: alone, until it is answered
+            assert in_flight == 0
+            return {**body, "status": {"allowed": True}}
         in_flight += 1
         peak = max(peak, in_flight)
-        if in_flight == len(wanted):
+        if in_flight == len(wanted) - 1:
             all_in.set()
         with anyio.fail_after(5):  # a sequential sender would never get here
             await all_in.wait()
@@ -119,8 +130,48 @@ async def test_reviews_of_one_check_are_in_flight_together() -> None:
     result = await check_permissions(
         wanted, server, policy=DEFAULT_POLICY, clock=FakeClock(), uniform=no_jitter
     )
-    assert peak == len(wanted)
+    assert peak == len(wanted) - 1
+    assert calls == len(wanted)
     assert all(r.allowed for r in result.results)
+
+
+async def test_while_the_server_is_silent_only_one_review_asks() -> None:
+    wanted = permissions_for(Component.ROUTER_PROXY, "ns")
+    clock = FakeClock()
+    server = FakeApiServer(clock)
+    # Silent for the first six attempts (whoever sends them), then answering.
+    silence = [TransportError("connection refused")] * 6
+
+    async def flaky(body: dict[str, object]) -> dict[str, object]:
+        if silence:
+            server.calls.append(Submitted(body, clock.monotonic()))
+            raise silence.pop()
+        return await server(body)
+
+    result = await check_permissions(
+        wanted, flaky, policy=DEFAULT_POLICY, clock=clock, uniform=no_jitter
+    )
+    assert all(r.allowed for r in result.results)
+    # Six silent probes, then one answered review per permission: not 6 x 15 silent attempts.
+    assert result.reviews_sent == 6 + len(wanted)
+    assert len({c.attributes["resource"] for c in server.calls[:6]}) == 1, "one prober"
+
+
+async def test_reviews_never_sent_while_the_server_stays_silent_say_so() -> None:
+    wanted = permissions_for(Component.ROUTER_PROXY, "ns")
+    clock = FakeClock()
+
+    async def silent(body: dict[str, object]) -> dict[str, object]:
+        raise TransportError("connection refused")
+
+    result = await check_permissions(
+        wanted, silent, policy=DEFAULT_POLICY, clock=clock, uniform=no_jitter
+    )
+    assert not any(r.answered for r in result.results)
+    probed = [r for r in result.results if r.attempts]
+    assert len(probed) == 1
+    waited = [r for r in result.results if not r.attempts]
+    assert all("not sent" in r.error and "connection refused" in r.error for r in waited)
 
 
 async def test_in_flight_limit_bounds_concurrency_but_not_during_backoff() -> None:
