@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import shutil
@@ -17,7 +18,9 @@ import anyio
 
 from controlplane.envtest import ControlPlane, EnvtestError
 from controlplane.preflight import command as preflight_command
+from controlplane.runtime.logs import configure_logging
 from controlplane.sim import command as sim_command
+from controlplane.sim import nodecommand as sim_node_command
 
 log = logging.getLogger("controlplane")
 
@@ -31,11 +34,11 @@ def _kubectl(plane: ControlPlane) -> str:
     return found
 
 
-def _run_kubectl(plane: ControlPlane, *args: str) -> None:
+def _run_kubectl(plane: ControlPlane, *args: str, stdin: str | None = None) -> None:
     argv = [_kubectl(plane), *args]
     print(f"$ kubectl {' '.join(args)}", flush=True)
     env = {**os.environ, "KUBECONFIG": str(plane.admin_kubeconfig)}
-    subprocess.run(argv, env=env, check=True)
+    subprocess.run(argv, env=env, check=True, input=stdin, text=stdin is not None)
 
 
 def _start_plane() -> ControlPlane:
@@ -48,10 +51,15 @@ def _start_plane() -> ControlPlane:
 
 def cmd_demo(_: argparse.Namespace) -> int:
     """Start the whole system locally, show it working, and stop it."""
+    from controlplane.dev import demo_inference_services
+
     plane = _start_plane()
     try:
         _run_kubectl(plane, "version")
         _run_kubectl(plane, "get", "namespaces")
+        demo_inference_services(
+            plane.admin_kubeconfig, functools.partial(_run_kubectl, plane), plane.workdir
+        )
     finally:
         plane.stop()
     print("demo finished; everything it started has stopped", flush=True)
@@ -146,6 +154,12 @@ def _add_operator_arguments(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="controlplane", description=__doc__)
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=os.environ.get("LOG_FORMAT", "text"),
+        help="json: one object per line with trace and span ids ($LOG_FORMAT)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help=cmd_demo.__doc__).set_defaults(run=cmd_demo)
     commands.add_parser("dev", help=cmd_dev.__doc__).set_defaults(run=cmd_dev)
@@ -158,15 +172,15 @@ def build_parser() -> argparse.ArgumentParser:
     sim = commands.add_parser("sim", help=sim_command.run.__doc__)
     sim_command.add_arguments(sim)
     sim.set_defaults(run=sim_command.run)
+    sim_node = commands.add_parser("sim-node", help=sim_node_command.run.__doc__)
+    sim_node_command.add_arguments(sim_node)
+    sim_node.set_defaults(run=sim_node_command.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per API request is noise
+    configure_logging(args.log_level, args.log_format)
     try:
         code: int = args.run(args)
     except EnvtestError as err:

@@ -7,7 +7,7 @@ answer leaves it not-ready while the preflight keeps retrying in the background;
 verdict lets the manager campaign for leadership and start controllers.
 
 The controllers (InferenceService, ModelPool, ModelRouter) register in :func:`build_manager` as
-they land; today the process runs the manager, its leader election, events and probes.
+they land; today it runs the InferenceService controller.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import anyio
 
+from controlplane.controllers.inferenceservice import setup_inference_service_controller
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE
 from controlplane.preflight import Component, PreflightGate, Verdict, run_preflight
 from controlplane.runtime.config import ClientConfig
@@ -96,6 +97,8 @@ def build_manager(settings: OperatorSettings) -> tuple[Manager, PreflightGate]:
         "rbac-preflight", lambda: None if gate.ready else gate.readiness()[1]
     )
     manager.add_start_gate(gate.wait_ready)
+    # Controllers register here, each with the informers it reads.
+    setup_inference_service_controller(manager, identity)
     return manager, gate
 
 

@@ -24,6 +24,8 @@ INFERENCE_SERVICE_RULES = (
     PolicyRule((GROUP,), ("inferenceservices/finalizers",), ("update",)),
     PolicyRule(("apps",), ("deployments",), (*READ, *WRITE)),
     PolicyRule(("",), ("services",), (*READ, *WRITE)),
+    # Its pods are watched (never written) to know when the last one is gone: Stopped.
+    PolicyRule(("",), ("pods",), READ),
 )
 
 #: ModelPool controller: scales members, watches their pods and the pool's Lease, probes /slots.

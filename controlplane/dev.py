@@ -1,0 +1,279 @@
+"""Running the system locally: the operator under its own ServiceAccount, and the node stand-in.
+
+Used by ``controlplane demo`` and by the e2e tests, so both run the operator the way a cluster
+would: a separate process (``controlplane operator``) authenticated by a TokenRequest token of
+``modelpool-system/modelpool-operator`` and allowed only what the generated RBAC manifests grant.
+The node stand-in (``controlplane sim-node``) runs as the cluster admin: it plays the node and the
+built-in controllers, which are not part of the operator's permissions.
+
+Every process started here dies with its parent (``PR_SET_PDEATHSIG``) and is stopped with
+SIGTERM, then SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final, Protocol
+
+import anyio
+import httpx
+import yaml
+
+from controlplane.controllers.rbac import OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT
+from controlplane.envtest.process import free_port
+from controlplane.runtime.client import KubeClient
+from controlplane.runtime.resources import SERVICE_ACCOUNTS
+from controlplane.sim.process import die_with_parent
+
+#: Lifetime asked for the operator's token: longer than any local run.
+TOKEN_SECONDS: Final = 3600
+STOP_GRACE_SECONDS: Final = 30.0
+
+
+async def service_account_token(
+    admin: KubeClient, namespace: str, account: str, seconds: int = TOKEN_SECONDS
+) -> str:
+    """A bound token for ``namespace/account`` (TokenRequest, as the kubelet would mount)."""
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "metadata": {"name": account},
+        "spec": {"expirationSeconds": seconds},
+    }
+    answer = await admin.create(SERVICE_ACCOUNTS, request, namespace, subresource="token")
+    return str(answer["status"]["token"])
+
+
+def kubeconfig_for_token(admin_kubeconfig: Path, token: str, path: Path) -> Path:
+    """The admin kubeconfig's current cluster, authenticating with ``token`` instead."""
+    config = yaml.safe_load(admin_kubeconfig.read_text())
+    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])
+    context["context"]["user"] = "token-user"
+    config["users"] = [{"name": "token-user", "user": {"token": token}}]
+    config["contexts"] = [context]
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+async def operator_kubeconfig(admin: KubeClient, admin_kubeconfig: Path, path: Path) -> Path:
+    """A kubeconfig that is the operator's ServiceAccount (the RBAC manifests must be applied)."""
+    token = await service_account_token(admin, OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT)
+    return kubeconfig_for_token(admin_kubeconfig, token, path)
+
+
+class LocalProcess:
+    """``python -m controlplane.cli ARGS`` with its output in ``log``; dies with its parent."""
+
+    def __init__(
+        self, args: Sequence[str], log: Path, *, cwd: Path | None = None, name: str = ""
+    ) -> None:
+        self.name = name or args[0]
+        self.log = log
+        with log.open("wb") as out:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "controlplane.cli", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                preexec_fn=die_with_parent,
+            )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, grace: float = STOP_GRACE_SECONDS) -> int:
+        """SIGTERM, wait up to ``grace``, then SIGKILL; returns the exit code. Idempotent."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait()
+        return self.popen.returncode
+
+
+class OperatorProcess(LocalProcess):
+    """``controlplane operator`` as ``kubeconfig`` says, probes and metrics on free ports."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        workdir: Path,
+        lease: str,
+        identity: str,
+        *,
+        cwd: Path | None = None,
+    ) -> None:
+        self.probe_port = free_port()
+        self.metrics_port = free_port()
+        args = [
+            "operator", "--kubeconfig", str(kubeconfig), "--namespace", OPERATOR_NAMESPACE,
+            "--identity", identity, "--leader-election-id", lease,
+            "--health-probe-bind-address", f"127.0.0.1:{self.probe_port}",
+            "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
+            "--preflight-cache-dir", str(workdir / "preflight"),
+        ]  # fmt: skip
+        super().__init__(
+            args,
+            workdir / f"{identity}.log",
+            cwd=cwd,
+            name=identity,
+        )
+
+    @property
+    def probe_url(self) -> str:
+        return f"http://127.0.0.1:{self.probe_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+
+class NodeStandInProcess(LocalProcess):
+    """``controlplane sim-node`` (as the admin): the node for member Deployments."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        workdir: Path,
+        *,
+        namespace: str | None = None,
+        load_seconds: float = 0.5,
+        cwd: Path | None = None,
+    ) -> None:
+        args = [
+            "sim-node",
+            "--kubeconfig", str(kubeconfig),
+            "--load-seconds", str(load_seconds),
+            "--log-dir", str(workdir / "simulators"),
+        ]  # fmt: skip
+        if namespace is not None:
+            args += ["--namespace", namespace]
+        super().__init__(args, workdir / "sim-node.log", cwd=cwd, name="sim-node")
+
+
+# -- the demo ------------------------------------------------------------------------------------
+
+#: The repository's manifests (the package is installed editable from the repository).
+MANIFESTS: Final = Path(__file__).resolve().parents[1] / "manifests"
+DEMO_NAMESPACE: Final = "default"
+DEMO_READY_TIMEOUT: Final = 120.0
+#: The served-and-running sample and the one kept at zero replicas.
+DEMO_ACTIVE: Final = "inferenceservice_llama.yaml"
+DEMO_PARKED: Final = "inferenceservice_qwen.yaml"
+#: What the node stand-in logs once it is running (``controlplane.sim.node.run_node``).
+NODE_STARTED: Final = "playing the node for"
+
+
+class Kubectl(Protocol):
+    """Runs ``kubectl ARGS`` as the admin, printing the command line (``check=True``)."""
+
+    def __call__(self, *args: str, stdin: str | None = None) -> None: ...
+
+
+def demo_inference_services(admin_kubeconfig: Path, kubectl: Kubectl, workdir: Path) -> None:
+    """Install, run the operator and the node stand-in, serve one sample, ask it something."""
+    from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
+
+    kubectl("apply", "-k", str(MANIFESTS / "default"))
+    crds = [
+        f"crd/{k.PLURAL}.inference.modelpool.dev"
+        for k in (InferenceService, ModelPool, ModelRouter)
+    ]
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds)
+    kubeconfig = anyio.run(_operator_kubeconfig, admin_kubeconfig, workdir)
+    account = f"{OPERATOR_NAMESPACE}/{OPERATOR_SERVICE_ACCOUNT}"
+    print(f"starting the operator as ServiceAccount {account}, and the node stand-in", flush=True)
+    operator = OperatorProcess(kubeconfig, workdir, "modelpool-operator", "operator-demo")
+    node = NodeStandInProcess(admin_kubeconfig, workdir, load_seconds=2.0)
+    try:
+        _wait_for_log(node, NODE_STARTED, "the node stand-in to start")
+        _wait_ready(operator)
+        active = yaml.safe_load((MANIFESTS / "samples" / DEMO_ACTIVE).read_text())
+        parked = yaml.safe_load((MANIFESTS / "samples" / DEMO_PARKED).read_text())
+        parked["spec"]["replicas"] = 0
+        kubectl("apply", "-n", DEMO_NAMESPACE, "-f", str(MANIFESTS / "samples" / DEMO_ACTIVE))
+        print(f"  ({DEMO_PARKED} with spec.replicas: 0)", flush=True)
+        kubectl("apply", "-n", DEMO_NAMESPACE, "-f", "-", stdin=yaml.safe_dump(parked))
+        name, parked_name = active["metadata"]["name"], parked["metadata"]["name"]
+        wait = ("wait", "-n", DEMO_NAMESPACE, f"--timeout={DEMO_READY_TIMEOUT:.0f}s")
+        kubectl(*wait, "--for=jsonpath={.status.phase}=Ready", f"isvc/{name}")
+        kubectl(*wait, "--for=jsonpath={.status.phase}=Stopped", f"isvc/{parked_name}")
+        kubectl("get", "-n", DEMO_NAMESPACE, "isvc,deploy,pods,endpointslices", "-o", "wide")
+        model = str(active["spec"]["model"]["name"])
+        url, answer = anyio.run(_ask, admin_kubeconfig, name, model)
+        print(f"POST {url}/v1/chat/completions (model {model}):\n  {answer}", flush=True)
+    except BaseException:
+        for process in (node, operator):
+            print(f"--- {process.name} log (last lines)\n{process.output()[-4000:]}", flush=True)
+        raise
+    finally:
+        for process in (node, operator):
+            code = process.stop()
+            print(f"{process.name} stopped (exit code {code})", flush=True)
+
+
+async def _operator_kubeconfig(admin_kubeconfig: Path, workdir: Path) -> Path:
+    from controlplane.runtime.config import ClientConfig
+
+    async with KubeClient(ClientConfig.from_kubeconfig(admin_kubeconfig)) as admin:
+        return await operator_kubeconfig(admin, admin_kubeconfig, workdir / "operator.kubeconfig")
+
+
+def _wait_for_log(process: LocalProcess, text: str, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in process.output():
+        if not process.running() or time.monotonic() > deadline:
+            raise RuntimeError(f"gave up waiting for {what}:\n{process.output()[-3000:]}")
+        time.sleep(0.1)
+
+
+def _wait_ready(operator: OperatorProcess, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not operator.running():
+            raise RuntimeError(f"the operator exited:\n{operator.output()[-3000:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{operator.probe_url}/readyz", timeout=2).status_code == 200:
+                print("operator ready (RBAC preflight passed, caches synced)", flush=True)
+                return
+        time.sleep(0.2)
+    raise RuntimeError(
+        f"the operator was not ready in {timeout:.0f} s:\n{operator.output()[-3000:]}"
+    )
+
+
+async def _ask(admin_kubeconfig: Path, service: str, model: str) -> tuple[str, str]:
+    """One chat completion to the ready address of ``service``'s EndpointSlice."""
+    from controlplane.runtime.config import ClientConfig
+    from controlplane.runtime.endpoints import ready_urls
+    from controlplane.runtime.resources import ENDPOINT_SLICES
+
+    async with KubeClient(ClientConfig.from_kubeconfig(admin_kubeconfig)) as admin:
+        slices = await admin.list(
+            ENDPOINT_SLICES, DEMO_NAMESPACE, label_selector=f"kubernetes.io/service-name={service}"
+        )
+    urls = ready_urls(slices.items)
+    if not urls:
+        raise RuntimeError(f"no ready endpoint for Service {service}")
+    url = urls[0]
+    body = {"model": model, "messages": [{"role": "user", "content": "hello from the demo"}]}
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(f"{url}/v1/chat/completions", json=body)
+    response.raise_for_status()
+    return url, str(response.json()["choices"][0]["message"]["content"])

@@ -1,0 +1,135 @@
+"""Simulator child processes for the node stand-in: started, located, stopped, never left behind.
+
+A simulator is ``python -m controlplane.cli sim --port 0 ...``; it binds before loading and prints
+``listening on http://HOST:PORT`` on stdout, which is read here to learn the port. Its log
+(stderr) goes to a file. The kernel is asked to kill each child when the process that started it
+dies (``PR_SET_PDEATHSIG``, as :mod:`controlplane.envtest.process` does for the control plane),
+so even a stand-in killed with SIGKILL leaves no simulator listening. A normal stop is SIGTERM
+(the simulator finishes in-flight responses and exits 0), escalated to SIGKILL after a grace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Final
+
+import anyio
+
+from controlplane.sim.server import LISTENING_PREFIX
+
+#: How long a simulator may take to print where it listens (a Python start-up, imports included).
+START_TIMEOUT_SECONDS: Final = 60.0
+#: Between SIGTERM and SIGKILL (the simulator's own graceful stop takes at most 5 s).
+STOP_GRACE_SECONDS: Final = 10.0
+_PR_SET_PDEATHSIG: Final = 1
+
+
+def die_with_parent() -> None:
+    """Runs in the child between fork and exec: exit when the parent does; own process group."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    os.setpgrp()
+
+
+class SimulatorStartError(Exception):
+    """The simulator exited, or said nothing, before announcing its address."""
+
+
+def simulator_argv(
+    model_name: str,
+    *,
+    host: str,
+    load_seconds: float,
+    token_seconds: float,
+    slots: int = 1,
+    ctx_size: int | None = None,
+) -> list[str]:
+    argv = [
+        sys.executable, "-m", "controlplane.cli", "sim", "--host", host, "--port", "0",
+        "--model-name", model_name, "--load-seconds", str(load_seconds),
+        "--token-seconds", str(token_seconds), "--slots", str(slots),
+    ]  # fmt: skip
+    if ctx_size is not None:
+        argv += ["--ctx-size", str(ctx_size)]
+    return argv
+
+
+class SimulatorProcess:
+    """One running simulator; :attr:`url` is known once :meth:`start` returns."""
+
+    def __init__(self, argv: Sequence[str], log_path: Path) -> None:
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.url = ""
+        self.port = 0
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._popen.pid if self._popen is not None else None
+
+    def running(self) -> bool:
+        return self._popen is not None and self._popen.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.poll() if self._popen is not None else None
+
+    async def start(self, timeout: float = START_TIMEOUT_SECONDS) -> str:
+        """Start the process and return its URL once it has announced it."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # Forked from the event loop's thread on purpose: PR_SET_PDEATHSIG fires when the forking
+        # *thread* ends, and a worker thread of a pool may end long before the stand-in does.
+        with self.log_path.open("ab") as log:
+            self._popen = subprocess.Popen(  # noqa: ASYNC220
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                preexec_fn=die_with_parent,
+            )
+        stdout = self._popen.stdout
+        assert stdout is not None
+        try:
+            with anyio.fail_after(timeout):
+                line = await anyio.to_thread.run_sync(_read_line, stdout, abandon_on_cancel=True)
+        except TimeoutError:
+            await self.stop()
+            raise SimulatorStartError(f"no address announced in {timeout:.0f} s") from None
+        if not line.startswith(LISTENING_PREFIX):
+            await self.stop()
+            raise SimulatorStartError(
+                f"exited with {self.returncode} before announcing its address (log {self.log_path})"
+            )
+        self.url = line[len(LISTENING_PREFIX) :].strip()
+        self.port = int(self.url.rpartition(":")[2])
+        return self.url
+
+    async def stop(self, grace: float = STOP_GRACE_SECONDS) -> int | None:
+        """SIGTERM, wait up to ``grace``, then SIGKILL; returns the exit code. Idempotent."""
+        popen = self._popen
+        if popen is None:
+            return None
+        if popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(popen.pid, signal.SIGTERM)
+            try:
+                await anyio.to_thread.run_sync(popen.wait, grace, abandon_on_cancel=True)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(popen.pid, signal.SIGKILL)
+                await anyio.to_thread.run_sync(popen.wait)
+        if popen.stdout is not None:
+            popen.stdout.close()
+        return popen.returncode
+
+
+def _read_line(stream: IO[bytes]) -> str:
+    return stream.readline().decode(errors="replace")

@@ -1,0 +1,140 @@
+"""What the InferenceService controller wants: its Deployment and Service, and when to apply."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from controlplane.api.v1alpha1 import InferenceService
+from controlplane.controllers.inferenceservice import (
+    ISVC_LABEL,
+    SPEC_HASH_ANNOTATION,
+    desired_deployment,
+    desired_service,
+    endpoint,
+    needs_apply,
+)
+
+
+def isvc(**spec: Any) -> InferenceService:
+    return InferenceService.from_dict(
+        {
+            "apiVersion": "inference.modelpool.dev/v1alpha1",
+            "kind": "InferenceService",
+            "metadata": {"name": "llama", "namespace": "ml", "uid": "u-1", "generation": 3},
+            "spec": {"model": {"name": "llama-3-8b", "source": "/m/llama.gguf"}, **spec},
+        }
+    )
+
+
+OWNER = {"apiVersion": "inference.modelpool.dev/v1alpha1", "kind": "InferenceService",
+         "name": "llama", "uid": "u-1", "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+
+
+def test_deployment_runs_llama_server_with_the_model_alias_port_and_extra_args() -> None:
+    wanted = desired_deployment(isvc(args=["--ctx-size", "8192"], port=9000))
+    (container,) = wanted["spec"]["template"]["spec"]["containers"]
+    assert container["name"] == "server"
+    expected = ["--model", "/m/llama.gguf", "--alias", "llama-3-8b",
+                "--host", "0.0.0.0", "--port", "9000", "--ctx-size", "8192"]  # fmt: skip
+    assert container["args"] == expected
+    assert container["ports"] == [{"name": "http", "containerPort": 9000, "protocol": "TCP"}]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert container["livenessProbe"]["initialDelaySeconds"] >= 300, "model loads take minutes"
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+@pytest.mark.parametrize(("replicas", "expected"), [(None, 1), (1, 1), (0, 0)])
+def test_replicas_are_copied_and_absent_means_one(replicas: int | None, expected: int) -> None:
+    spec = {} if replicas is None else {"replicas": replicas}
+    assert desired_deployment(isvc(**spec))["spec"]["replicas"] == expected
+
+
+def test_deployment_is_recreate_owned_labelled_and_selected_by_the_isvc_label() -> None:
+    wanted = desired_deployment(isvc())
+    assert wanted["spec"]["strategy"] == {"type": "Recreate"}
+    assert wanted["metadata"]["ownerReferences"] == [OWNER]
+    assert wanted["spec"]["selector"] == {"matchLabels": {ISVC_LABEL: "llama"}}
+    labels = {
+        "app.kubernetes.io/name": "llama-server",
+        "app.kubernetes.io/instance": "llama",
+        "app.kubernetes.io/managed-by": "modelpool-operator",
+        ISVC_LABEL: "llama",
+    }
+    assert wanted["metadata"]["labels"] == labels
+    assert wanted["spec"]["template"]["metadata"]["labels"] == labels
+
+
+def test_resources_and_node_selector_reach_the_pod_with_quantities_as_strings() -> None:
+    wanted = desired_deployment(
+        isvc(
+            resources={"limits": {"nvidia.com/gpu": 1, "memory": "16Gi"}}, nodeSelector={"g": "l4"}
+        )
+    )
+    pod = wanted["spec"]["template"]["spec"]
+    assert pod["containers"][0]["resources"] == {
+        "limits": {"nvidia.com/gpu": "1", "memory": "16Gi"}
+    }
+    assert pod["nodeSelector"] == {"g": "l4"}
+    assert "nodeSelector" not in desired_deployment(isvc())["spec"]["template"]["spec"]
+
+
+def test_service_is_cluster_ip_on_the_server_port_with_the_same_selector() -> None:
+    wanted = desired_service(isvc(port=9000))
+    assert wanted["metadata"]["ownerReferences"] == [OWNER]
+    assert wanted["spec"] == {
+        "type": "ClusterIP",
+        "selector": {ISVC_LABEL: "llama"},
+        "ports": [{"name": "http", "port": 9000, "targetPort": "http", "protocol": "TCP"}],
+    }
+    assert endpoint(isvc(port=9000)) == "http://llama.ml.svc:9000"
+    assert endpoint(isvc()) == "http://llama.ml.svc:8080"
+
+
+def test_an_isvc_never_stored_has_no_uid_and_cannot_own_anything() -> None:
+    unsaved = isvc()
+    unsaved.metadata.uid = None
+    with pytest.raises(ValueError, match="no uid"):
+        desired_deployment(unsaved)
+
+
+def _as_stored(wanted: dict[str, Any]) -> dict[str, Any]:
+    """What the API server would return: defaults added, status, other metadata."""
+    stored = copy.deepcopy(wanted)
+    stored["metadata"].update(resourceVersion="7", uid="d-1", generation=2)
+    stored["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = "1"
+    stored["spec"]["template"]["spec"]["containers"][0]["terminationMessagePath"] = "/dev/x"
+    stored["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "500m"}}
+    stored["status"] = {"replicas": 1}
+    return stored
+
+
+def test_no_apply_when_the_cache_holds_everything_wanted_plus_server_defaults() -> None:
+    wanted = desired_deployment(isvc(resources={"limits": {"cpu": "0.5"}}))
+    assert not needs_apply(_as_stored(wanted), wanted)
+    assert needs_apply(None, wanted)
+
+
+def test_apply_when_a_wanted_value_drifted() -> None:
+    wanted = desired_deployment(isvc())
+    stored = _as_stored(wanted)
+    stored["spec"]["replicas"] = 0  # someone scaled it by hand
+    assert needs_apply(stored, wanted)
+
+
+def test_apply_when_a_field_is_no_longer_wanted_thanks_to_the_spec_hash() -> None:
+    before = desired_deployment(isvc(args=["--ctx-size", "8192"], nodeSelector={"g": "l4"}))
+    after = desired_deployment(isvc(args=["--ctx-size", "8192"]))
+    assert (
+        before["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+        != (after["metadata"]["annotations"][SPEC_HASH_ANNOTATION])
+    )
+    assert needs_apply(_as_stored(before), after), "a dropped node selector must be applied away"
+
+
+def test_the_spec_hash_is_stable() -> None:
+    assert desired_deployment(isvc()) == desired_deployment(isvc())
+    assert desired_service(isvc()) == desired_service(isvc())

@@ -1,0 +1,135 @@
+"""The InferenceService phase rules and the "did the status change?" decision."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from controlplane.api.v1alpha1 import InferenceService, set_condition
+from controlplane.controllers.inferenceservice import (
+    PhaseDecision,
+    compute_phase,
+    desired_status,
+    status_changed,
+)
+
+
+def deployment(
+    *, observed: int | None = 1, ready: int = 0, replicas: int = 0, deadline: bool = False
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"replicas": replicas, "readyReplicas": ready}
+    if observed is not None:
+        status["observedGeneration"] = observed
+    if deadline:
+        status["conditions"] = [
+            {
+                "type": "Progressing",
+                "status": "False",
+                "reason": "ProgressDeadlineExceeded",
+                "message": "ReplicaSet has timed out progressing.",
+            }
+        ]
+    return {"metadata": {"generation": 1}, "status": status}
+
+
+# (desired replicas, deployment, pods, conflict) -> (phase, Ready condition's reason)
+CASES = [
+    ("conflict wins", 1, deployment(ready=1, replicas=1), 1, "in the way", "Pending", "NotOwned"),
+    ("deployment missing", 1, None, 0, None, "Creating", "DeploymentCreating"),
+    ("missing, desired 0", 0, None, 0, None, "Creating", "DeploymentCreating"),
+    ("never observed", 1, deployment(observed=None), 0, None, "Creating", "DeploymentNotObserved"),
+    ("ready", 1, deployment(ready=1, replicas=1), 1, None, "Ready", "ServerReady"),
+    ("still ready while scaling down", 0, deployment(ready=1, replicas=1), 1, None, "Ready",
+     "ServerReady"),
+    ("stopped", 0, deployment(), 0, None, "Stopped", "ScaledToZero"),
+    ("terminating pod is not stopped", 0, deployment(), 1, None, "Creating", "Stopping"),
+    ("deployment still counts a replica", 0, deployment(replicas=1), 0, None, "Creating",
+     "Stopping"),
+    ("deadline exceeded", 1, deployment(replicas=1, deadline=True), 1, None, "Failed",
+     "ProgressDeadlineExceeded"),
+    ("ready beats an old deadline", 1, deployment(ready=1, replicas=1, deadline=True), 1, None,
+     "Ready", "ServerReady"),
+    ("stopped beats a deadline", 0, deployment(deadline=True), 0, None, "Stopped", "ScaledToZero"),
+    ("starting", 1, deployment(replicas=1), 1, None, "Creating", "Starting"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("desired", "found", "pods", "conflict", "phase", "reason"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+def test_phase_table(
+    desired: int,
+    found: dict[str, Any] | None,
+    pods: int,
+    conflict: str | None,
+    phase: str,
+    reason: str,
+) -> None:
+    decision = compute_phase(desired, found, pods, conflict)
+    assert (decision.phase, decision.reason) == (phase, reason)
+
+
+def isvc(status: dict[str, Any] | None = None) -> InferenceService:
+    return InferenceService.from_dict(
+        {
+            "metadata": {"name": "llama", "namespace": "ml", "uid": "u", "generation": 2},
+            "spec": {"model": {"name": "m", "source": "s"}, "port": 8080},
+            "status": status or {},
+        }
+    )
+
+
+READY = PhaseDecision("Ready", "ServerReady", "1 ready replica(s)")
+
+
+def test_a_fresh_status_differs_and_carries_everything() -> None:
+    current = isvc()
+    wanted = desired_status(current, READY, deployment(ready=1, replicas=1))
+    assert status_changed(current.status, wanted)
+    written = wanted.to_dict()
+    assert written["phase"] == "Ready"
+    assert written["readyReplicas"] == 1
+    assert written["endpoint"] == "http://llama.ml.svc:8080"
+    assert written["observedGeneration"] == 2
+    (condition,) = written["conditions"]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "Ready",
+        "True",
+        "ServerReady",
+    )
+    assert condition["observedGeneration"] == 2
+
+
+def test_the_same_observation_again_changes_nothing() -> None:
+    first = desired_status(isvc(), READY, deployment(ready=1, replicas=1))
+    stored = isvc(first.to_dict())
+    again = desired_status(stored, READY, deployment(ready=1, replicas=1))
+    assert not status_changed(stored.status, again)
+
+
+def test_a_flip_moves_the_transition_time_and_a_message_change_does_not() -> None:
+    old = isvc()
+    set_condition(old.status.conditions, "Ready", "True", "ServerReady", "1 ready replica(s)", 2,
+                  now=datetime(2020, 1, 1, tzinfo=UTC))  # fmt: skip
+    old.status.phase = "Ready"
+    stopped = desired_status(old, PhaseDecision("Stopped", "ScaledToZero", "gone"), deployment())
+    assert stopped.conditions[0].last_transition_time != "2020-01-01T00:00:00Z"
+    reworded = desired_status(old, PhaseDecision("Ready", "ServerReady", "other words"), None)
+    assert reworded.conditions[0].last_transition_time == "2020-01-01T00:00:00Z"
+    assert status_changed(old.status, reworded)
+
+
+def test_a_new_generation_is_a_change() -> None:
+    stored = isvc(desired_status(isvc(), READY, deployment(ready=1, replicas=1)).to_dict())
+    stored.metadata.generation = 3
+    assert status_changed(stored.status, desired_status(stored, READY, deployment(ready=1)))
+
+
+def test_unknown_status_fields_survive() -> None:
+    stored = isvc({"phase": "Ready", "futureField": {"x": 1}})
+    wanted = desired_status(stored, READY, deployment(ready=1, replicas=1))
+    assert wanted.to_dict()["futureField"] == {"x": 1}

@@ -1,0 +1,186 @@
+"""The node stand-in's pure parts: what it reads from a pod, and what it writes for it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controlplane.sim.node import (
+    NODE_NAME,
+    POD_TEMPLATE_HASH_LABEL,
+    Backend,
+    ServerArgs,
+    deployment_status,
+    deployment_status_summary,
+    endpoint_slice,
+    loopback_name,
+    new_pod,
+    pod_status,
+    pod_status_summary,
+    selects,
+    server_args,
+    template_hash,
+)
+
+IP = "127.0.0.1"
+
+
+def deployment(replicas: int | None = 1, generation: int = 4) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": {"app": "m"}},
+        "template": {
+            "metadata": {"labels": {"app": "m", "app.kubernetes.io/managed-by": "x"}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "server",
+                        "image": "img",
+                        "ports": [{"name": "http", "containerPort": 8080}],
+                        "args": [
+                            "--model",
+                            "/m/a.gguf",
+                            "--alias",
+                            "alpha",
+                            "--parallel",
+                            "2",
+                            "--ctx-size",
+                            "8192",
+                        ],
+                    }
+                ]
+            },
+        },
+    }
+    if replicas is not None:
+        spec["replicas"] = replicas
+    return {
+        "metadata": {"name": "m", "namespace": "ns", "uid": "d-1", "generation": generation},
+        "spec": spec,
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--alias", "alpha", "--parallel", "2", "--ctx-size", "8192"],
+            ServerArgs("alpha", 2, 4096),
+        ),
+        (["--model=/models/beta.Q4.gguf"], ServerArgs("beta.Q4", 1, None)),
+        (["-np", "4", "-c", "1000", "-a", "g"], ServerArgs("g", 4, 250)),
+        ([], ServerArgs("fallback", 1, None)),
+        (["--parallel", "x"], ServerArgs("fallback", 1, None)),
+    ],
+)
+def test_server_args_come_from_llama_server_flags(args: list[str], expected: ServerArgs) -> None:
+    assert server_args({"args": args}, "fallback") == expected
+
+
+def test_new_pod_is_bound_owned_labelled_with_the_template_hash() -> None:
+    found = deployment()
+    hash_ = template_hash(found)
+    pod = new_pod(found, hash_, "abcde")
+    assert pod["metadata"]["name"] == f"m-{hash_}-abcde"
+    assert pod["spec"]["nodeName"] == NODE_NAME
+    assert pod["metadata"]["labels"][POD_TEMPLATE_HASH_LABEL] == hash_
+    assert pod["metadata"]["labels"]["app"] == "m"
+    (owner,) = pod["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("Deployment", "d-1", True)
+
+
+def test_template_hash_follows_the_template_only() -> None:
+    assert template_hash(deployment(replicas=1)) == template_hash(deployment(replicas=0))
+    changed = deployment()
+    changed["spec"]["template"]["spec"]["containers"][0]["args"].append("--x")
+    assert template_hash(changed) != template_hash(deployment())
+
+
+def _running_pod(ready: bool) -> dict[str, Any]:
+    pod = new_pod(deployment(), template_hash(deployment()), "abcde")
+    pod["metadata"]["uid"] = "p-1"
+    pod["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+    pod["status"] = pod_status(pod, ip=IP, ready=ready, restarts=0, started_at="t0",
+                               container_id="sim://1")  # fmt: skip
+    return pod
+
+
+def test_pod_status_keeps_server_fields_and_reports_readiness() -> None:
+    pod = _running_pod(ready=False)
+    status = pod["status"]
+    assert status["qosClass"] == "BestEffort"
+    assert (status["phase"], status["podIP"]) == ("Running", IP)
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "False"
+    ready = pod_status(pod, ip=IP, ready=True, restarts=0, started_at="t0", container_id="sim://1")
+    assert pod_status_summary(ready) != pod_status_summary(status)
+    same = pod_status(pod, ip=IP, ready=False, restarts=0, started_at="t0", container_id="sim://1")
+    assert pod_status_summary(same) == pod_status_summary(status)
+
+
+def test_deployment_status_counts_live_pods_and_sets_conditions() -> None:
+    found = deployment()
+    hash_ = template_hash(found)
+    starting = deployment_status(found, [_running_pod(ready=False)], hash_)
+    assert (starting["observedGeneration"], starting["replicas"], starting["readyReplicas"]) == (
+        4, 1, 0,
+    )  # fmt: skip
+    assert starting["unavailableReplicas"] == 1
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in starting["conditions"]}
+    assert conditions["Available"] == ("False", "MinimumReplicasUnavailable")
+    assert conditions["Progressing"] == ("True", "ReplicaSetUpdated")
+
+    ready = deployment_status(found, [_running_pod(ready=True)], hash_)
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in ready["conditions"]}
+    assert (ready["readyReplicas"], ready["availableReplicas"], ready["updatedReplicas"]) == (
+        1,
+        1,
+        1,
+    )
+    assert conditions == {
+        "Available": ("True", "MinimumReplicasAvailable"),
+        "Progressing": ("True", "NewReplicaSetAvailable"),
+    }
+    found["status"] = ready
+    assert deployment_status_summary(deployment_status(found, [_running_pod(True)], hash_)) == (
+        deployment_status_summary(ready)
+    ), "the same observation is no change"
+
+    scaled_down = deployment(replicas=0)
+    stopped = deployment_status(scaled_down, [], template_hash(scaled_down))
+    assert stopped["replicas"] == 0
+    assert {c["type"]: c["status"] for c in stopped["conditions"]}["Available"] == "True"
+
+
+def service(selector: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "m", "namespace": "ns", "uid": "s-1"},
+        "spec": {
+            "selector": {"app": "m"} if selector is None else selector,
+            "ports": [{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def test_endpoint_slice_carries_the_simulator_port_not_the_service_port() -> None:
+    container = deployment()["spec"]["template"]["spec"]["containers"][0]
+    pod = _running_pod(ready=True)
+    slice_ = endpoint_slice(service(), container, [Backend(pod, loopback_name(pod), 41234, True)])
+    assert slice_["metadata"]["labels"]["kubernetes.io/service-name"] == "m"
+    assert slice_["metadata"]["ownerReferences"][0]["uid"] == "s-1"
+    assert slice_["addressType"] == "FQDN"  # loopback IPs are refused in IPv4 slices
+    assert slice_["ports"] == [{"name": "http", "port": 41234, "protocol": "TCP"}]
+    (endpoint,) = slice_["endpoints"]
+    assert endpoint["addresses"] == [
+        f"{pod['metadata']['name']}.{pod['metadata']['namespace']}.localhost"
+    ]
+    assert endpoint["conditions"] == {"ready": True, "serving": True, "terminating": False}
+    assert endpoint["targetRef"]["uid"] == "p-1"
+    empty = endpoint_slice(service(), container, [])
+    assert (empty["endpoints"], empty["ports"]) == ([], [])
+
+
+def test_a_service_selects_by_its_selector_and_an_empty_one_selects_nothing() -> None:
+    labels = {"app": "m", "other": "x"}
+    assert selects(service(), labels)
+    assert not selects(service({"app": "n"}), labels)
+    assert not selects(service({}), labels)
