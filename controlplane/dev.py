@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import anyio
 import httpx
@@ -154,6 +154,7 @@ class NodeStandInProcess(LocalProcess):
         *,
         namespace: str | None = None,
         load_seconds: float = 0.5,
+        token_seconds: float | None = None,
         cwd: Path | None = None,
     ) -> None:
         args = [
@@ -162,6 +163,8 @@ class NodeStandInProcess(LocalProcess):
             "--load-seconds", str(load_seconds),
             "--log-dir", str(workdir / "simulators"),
         ]  # fmt: skip
+        if token_seconds is not None:
+            args += ["--token-seconds", str(token_seconds)]
         if namespace is not None:
             args += ["--namespace", namespace]
         super().__init__(args, workdir / "sim-node.log", cwd=cwd, name="sim-node")
@@ -176,6 +179,10 @@ DEMO_READY_TIMEOUT: Final = 120.0
 #: The served-and-running sample and the one kept at zero replicas.
 DEMO_ACTIVE: Final = "inferenceservice_llama.yaml"
 DEMO_PARKED: Final = "inferenceservice_qwen.yaml"
+#: The sample pool of those two members, and who plays the activator in the demo.
+DEMO_POOL: Final = "modelpool.yaml"
+DEMO_ACTIVATOR: Final = "demo-activator"
+DEMO_LEASE_SECONDS: Final = 30
 #: What the node stand-in logs once it is running (``controlplane.sim.node.run_node``).
 NODE_STARTED: Final = "playing the node for"
 
@@ -218,6 +225,7 @@ def demo_inference_services(admin_kubeconfig: Path, kubectl: Kubectl, workdir: P
         model = str(active["spec"]["model"]["name"])
         url, answer = anyio.run(_ask, admin_kubeconfig, name, model)
         print(f"POST {url}/v1/chat/completions (model {model}):\n  {answer}", flush=True)
+        demo_model_pool(admin_kubeconfig, kubectl)
     except BaseException:
         for process in (node, operator):
             print(f"--- {process.name} log (last lines)\n{process.output()[-4000:]}", flush=True)
@@ -226,6 +234,87 @@ def demo_inference_services(admin_kubeconfig: Path, kubectl: Kubectl, workdir: P
         for process in (node, operator):
             code = process.stop()
             print(f"{process.name} stopped (exit code {code})", flush=True)
+
+
+def demo_model_pool(admin_kubeconfig: Path, kubectl: Kubectl) -> None:
+    """Apply the sample pool, show its resident, then play the activator for one swap."""
+    pool = yaml.safe_load((MANIFESTS / "samples" / DEMO_POOL).read_text())
+    name = str(pool["metadata"]["name"])
+    kubectl("apply", "-n", DEMO_NAMESPACE, "-f", str(MANIFESTS / "samples" / DEMO_POOL))
+    wait = ("wait", "-n", DEMO_NAMESPACE, f"--timeout={DEMO_READY_TIMEOUT:.0f}s")
+    kubectl(*wait, "--for=jsonpath={.status.phase}=Ready", f"mpool/{name}")
+    kubectl("get", "-n", DEMO_NAMESPACE, "mpool,isvc")
+    anyio.run(_play_activator, admin_kubeconfig, kubectl, pool)
+    kubectl("get", "-n", DEMO_NAMESPACE, "mpool")
+
+
+async def _play_activator(admin_kubeconfig: Path, kubectl: Kubectl, pool: dict[str, Any]) -> None:
+    """What the router-proxy will do: take the pool's Lease naming the other member, wait for the
+    swap, use the new resident, release the Lease. It never scales a member itself."""
+    from controlplane.api.v1alpha1 import InferenceService, ModelPool
+    from controlplane.api.v1alpha1.activation import TARGET_ANNOTATION, pool_lease_name
+    from controlplane.runtime.config import ClientConfig
+    from controlplane.runtime.resources import LEASES, PODS
+    from controlplane.runtime.timeutil import micro_time
+
+    name = str(pool["metadata"]["name"])
+    members = [m["inferenceServiceRef"]["name"] for m in pool["spec"]["members"]]
+    async with KubeClient(ClientConfig.from_kubeconfig(admin_kubeconfig)) as admin:
+        status = (await admin.get(ModelPool.resource(), name, DEMO_NAMESPACE))["status"]
+        resident = status["residentMember"]
+        target = next(m for m in members if m != resident)
+        lease_name = pool_lease_name(name)
+        print(
+            f"activator {DEMO_ACTIVATOR}: takes Lease {lease_name} with target {target}", flush=True
+        )
+        now = micro_time()
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": lease_name, "annotations": {TARGET_ANNOTATION: target}},
+            "spec": {"holderIdentity": DEMO_ACTIVATOR, "leaseDurationSeconds": DEMO_LEASE_SECONDS,
+                     "acquireTime": now, "renewTime": now},
+        }  # fmt: skip
+        await admin.create(LEASES, lease, DEMO_NAMESPACE)
+
+        async def pool_status() -> dict[str, Any]:
+            found = await admin.get(ModelPool.resource(), name, DEMO_NAMESPACE)
+            return dict(found.get("status") or {})
+
+        async def resident_pods() -> int:
+            label = f"inference.modelpool.dev/inferenceservice={resident}"
+            return len((await admin.list(PODS, DEMO_NAMESPACE, label_selector=label)).items)
+
+        def swapping(status: dict[str, Any], pods: int) -> bool:
+            return bool(status.get("pendingMember") == target)
+
+        def drained(status: dict[str, Any], pods: int) -> bool:
+            return pods == 0
+
+        def swapped(status: dict[str, Any], pods: int) -> bool:
+            return status.get("residentMember") == target and status.get("phase") == "Ready"
+
+        milestones = (
+            ("the pool is swapping", swapping),
+            (f"{resident} is drained: its pod is gone", drained),
+            (f"{target} is resident", swapped),
+        )
+        with anyio.fail_after(DEMO_READY_TIMEOUT):
+            for what, reached in milestones:
+                while True:  # polled: a demo shows states, a watch would only add lines
+                    if reached(await pool_status(), await resident_pods()):
+                        break
+                    await anyio.sleep(0.1)
+                print(f"-- {what}", flush=True)
+                kubectl("get", "-n", DEMO_NAMESPACE, "mpool,isvc,pods")
+        isvc = await admin.get(InferenceService.resource(), target, DEMO_NAMESPACE)
+        model = isvc["spec"]["model"]["name"]
+        url, answer = await _ask(admin_kubeconfig, target, str(model))
+        print(f"POST {url}/v1/chat/completions (model {model}):\n  {answer}", flush=True)
+        found = await admin.get(LEASES, lease_name, DEMO_NAMESPACE)
+        found["spec"]["holderIdentity"] = None
+        await admin.update(LEASES, found)
+        print(f"activator {DEMO_ACTIVATOR}: released Lease {lease_name}", flush=True)
 
 
 async def _operator_kubeconfig(admin_kubeconfig: Path, workdir: Path) -> Path:

@@ -85,10 +85,16 @@ def start_node(
     *,
     namespace: str | None = None,
     load_seconds: float = 0.5,
+    token_seconds: float | None = None,
 ) -> NodeStandInProcess:
     """The node stand-in as the admin (it plays kubelet and built-in controllers)."""
     node = NodeStandInProcess(
-        cluster.admin_kubeconfig, workdir, namespace=namespace, load_seconds=load_seconds, cwd=REPO
+        cluster.admin_kubeconfig,
+        workdir,
+        namespace=namespace,
+        load_seconds=load_seconds,
+        token_seconds=token_seconds,
+        cwd=REPO,
     )
     started.append(node)
     return node

@@ -1,0 +1,445 @@
+"""The ModelPool controller: one exclusive GPU slot, shared by the pool's members (DESIGN 4).
+
+Each reconcile reads everything from the caches and acts in three steps:
+
+1. **Owner.** :func:`~controlplane.controllers.poolintent.choose_owner` picks the member the slot
+   belongs to: the target of a valid activation intent (the pool's Lease, see
+   :mod:`controlplane.api.v1alpha1.activation`), else the resident (sticky), else ``default``, else
+   nobody. Expiry of the intent is judged on our clock (:class:`LeaseObserver`).
+2. **Plan and act** (:func:`~controlplane.controllers.poolplan.plan_actions`). Non-owners are
+   drained: one that serves requests goes to ``replicas: 0`` only after its idle probe
+   (llama.cpp ``GET /slots``, :class:`~controlplane.runtimes.llamacpp.SlotsProbe`) says idle on
+   every ready endpoint; busy is ``PodsBusy``, anything unproven is ``IdleCheckFailed``, and both
+   defer the drain (``SwapDeferred=True``, a Warning event, a re-probe after
+   :data:`DEFER_REQUEUE_SECONDS`: ``/slots`` changes produce no watch event). The owner goes to
+   ``replicas: 1`` only when every other member is at 0 with no pod left, Terminating included.
+   A member that does not exist makes the pool Degraded and no replica is changed.
+3. **Status** (:func:`~controlplane.controllers.poolplan.pool_status`), written through the status
+   subresource only when it differs, with the cached ``resourceVersion``; events for a swap
+   started, completed or abandoned, a deferral, and degradation.
+
+**Writes are optimistic.** A member is scaled by an update of the cached InferenceService, which
+carries its ``resourceVersion``: if anyone wrote it since (an activator scaling a failed target
+down, another controller), the API server answers 409 and the key is requeued; the next reconcile
+sees the newer object. Status writes are guarded the same way.
+
+**Driven by watches** (DESIGN 4.5): pools, their members, the members' Deployments, pods
+(``inference.modelpool.dev/inferenceservice`` label) and EndpointSlices
+(``kubernetes.io/service-name``), and Leases (``modelpool-<pool>``). Two timed requeues are
+backstops for what no watch reports: a deferred drain is re-probed, and a valid intent is
+re-checked just after it would expire.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import anyio
+
+from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelPoolStatus
+from controlplane.api.v1alpha1.activation import pool_for_lease, pool_lease_name
+from controlplane.api.v1alpha1.inferenceservice import RUNTIME_LLAMACPP
+from controlplane.api.v1alpha1.modelpool import (
+    PHASE_DEGRADED,
+    REASON_IDLE_CHECK_FAILED,
+    REASON_PODS_BUSY,
+)
+from controlplane.controllers.inferenceservice import ISVC_LABEL, PORT_NAME
+from controlplane.controllers.poolintent import (
+    Intent,
+    LeaseObserver,
+    Owner,
+    OwnerReason,
+    choose_owner,
+)
+from controlplane.controllers.poolplan import (
+    Deferral,
+    MemberState,
+    PoolView,
+    plan_actions,
+    pool_status,
+    slot_allocated_since,
+    status_changed,
+)
+from controlplane.runtime.cache import LABEL_INDEX, NAMESPACE_INDEX, Object
+from controlplane.runtime.controller import Request, Result
+from controlplane.runtime.endpoints import ready_urls
+from controlplane.runtime.errors import Conflict, NotFound
+from controlplane.runtime.events import EventRecorder
+from controlplane.runtime.informer import Informer
+from controlplane.runtime.manager import Manager
+from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, LEASES, PODS
+from controlplane.runtimes.idle import IdleOutcome, IdleProbe, IdleReport
+from controlplane.runtimes.llamacpp import SlotsProbe
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_NAME: Final = "modelpool"
+EVENT_REPORTER: Final = "modelpool-operator/modelpool"
+#: How soon a deferred drain is probed again: the only polling, since ``/slots`` has no watch.
+DEFER_REQUEUE_SECONDS: Final = 1.0
+#: A valid intent is re-checked this long after it would expire (its expiry has no event).
+EXPIRY_MARGIN_SECONDS: Final = 0.1
+#: The label the endpoint controller (and the node stand-in) puts on a Service's slices.
+SERVICE_NAME_LABEL: Final = "kubernetes.io/service-name"
+#: Probes per pool run concurrently; members are at most 32 (the API's bound).
+MAX_CONCURRENT_RECONCILES: Final = 4
+
+
+def _rfc3339_seconds_since(stamp: str | None, now: datetime) -> float | None:
+    if not stamp:
+        return None
+    try:
+        then = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return max(0.0, (now - then).total_seconds())
+
+
+def deferral_from(reports: Mapping[str, Sequence[tuple[str, IdleReport]]]) -> Deferral | None:
+    """One ``SwapDeferred`` out of the probes of the members that are not idle.
+
+    ``IdleCheckFailed`` wins over ``PodsBusy`` when both are seen: it is the one that needs a
+    human if it persists.
+    """
+    failed, busy = [], []
+    for member, results in reports.items():
+        for url, report in results:
+            if report.outcome is IdleOutcome.FAILED:
+                failed.append(f"{member} at {url}: {report.detail}")
+            elif report.outcome is IdleOutcome.BUSY:
+                busy.append(f"{member} at {url}: {report.detail}")
+    if failed:
+        return Deferral(
+            REASON_IDLE_CHECK_FAILED,
+            "drain deferred, the idle check failed: " + "; ".join(failed + busy),
+        )
+    if busy:
+        return Deferral(REASON_PODS_BUSY, "drain deferred, requests in flight: " + "; ".join(busy))
+    return None
+
+
+class ModelPoolReconciler:
+    """Level-triggered: owner from the intent, drain gated on idle probes, status on change."""
+
+    def __init__(
+        self,
+        manager: Manager,
+        recorder: EventRecorder,
+        *,
+        pools: Informer,
+        inference_services: Informer,
+        deployments: Informer,
+        pods: Informer,
+        endpoint_slices: Informer,
+        leases: Informer,
+        observer: LeaseObserver,
+        probes: Mapping[str, IdleProbe],
+    ) -> None:
+        self.client = manager.client
+        self.recorder = recorder
+        self.pools = pools
+        self.inference_services = inference_services
+        self.deployments = deployments
+        self.pods = pods
+        self.endpoint_slices = endpoint_slices
+        self.leases = leases
+        self.observer = observer
+        #: Per pool, the resourceVersion our last status write replaced: while the cache still
+        #: shows it, the cache is older than what we wrote.
+        self._superseded: dict[str, str | None] = {}
+        #: The idle probe of each runtime (``spec.runtime``); llama.cpp's is the only one in v1.
+        self.probes = probes
+
+    # -- reading the caches ----------------------------------------------------------------------
+
+    def _in_namespace(self, informer: Informer, label: str, namespace: str) -> set[str]:
+        store = informer.store
+        return set(store.index_keys(LABEL_INDEX, label)) & set(
+            store.index_keys(NAMESPACE_INDEX, namespace)
+        )
+
+    def member_state(self, namespace: str, name: str) -> MemberState:
+        isvc = self.inference_services.store.get(f"{namespace}/{name}")
+        if isvc is None:
+            return MemberState(name, found=False, replicas=0)
+        spec = isvc.get("spec") or {}
+        replicas = spec.get("replicas")
+        slices = [
+            s
+            for key in self._in_namespace(
+                self.endpoint_slices, f"{SERVICE_NAME_LABEL}={name}", namespace
+            )
+            if (s := self.endpoint_slices.store.get(key)) is not None
+        ]
+        pods = self._in_namespace(self.pods, f"{ISVC_LABEL}={name}", namespace)
+        return MemberState(
+            name,
+            replicas=1 if replicas is None else int(replicas),
+            runtime=str(spec.get("runtime") or RUNTIME_LLAMACPP),
+            phase=(isvc.get("status") or {}).get("phase"),
+            urls=tuple(sorted(set(ready_urls(slices, PORT_NAME)))),
+            pods=len(pods),
+            deployment_drained=_deployment_drained(
+                self.deployments.store.get(f"{namespace}/{name}")
+            ),
+        )
+
+    # -- the reconcile ---------------------------------------------------------------------------
+
+    async def reconcile(self, request: Request) -> Result:
+        key = str(request)
+        obj = self.pools.store.get(key)
+        if obj is None:
+            self._superseded.pop(key, None)
+            return Result()
+        if obj["metadata"].get("resourceVersion") == self._superseded.get(key):
+            # Our own status write has not reached the cache yet: deciding on the older status
+            # could take the resident for somebody it no longer is. Its watch event requeues us.
+            return Result(requeue_after=DEFER_REQUEUE_SECONDS)
+        self._superseded.pop(key, None)
+        pool = ModelPool.from_dict(obj)
+        if pool.metadata.deletion_timestamp:
+            return Result()
+        namespace = request.namespace
+        names = pool.spec.member_names()
+        members = {name: self.member_state(namespace, name) for name in names}
+        lease = self.leases.store.get(f"{namespace}/{pool_lease_name(request.name)}")
+        intent = self.observer.intent(lease)
+        owner = choose_owner(names, pool.spec.default, pool.status.resident_member, intent)
+        plan = plan_actions(members, owner.name)
+
+        deferral = None
+        scale_down = list(plan.scale_down)
+        if plan.probe:
+            reports = await self._probe_members(members, plan.probe)
+            scale_down += [m for m in plan.probe if _all_idle(reports[m])]
+            deferral = deferral_from({m: r for m, r in reports.items() if not _all_idle(r)})
+        writes = [(name, 0) for name in scale_down]
+        if plan.scale_up is not None:
+            writes.append((plan.scale_up, 1))
+        for name, replicas in writes:
+            if not await self._scale(namespace, name, replicas, key, owner):
+                return Result(requeue=True)  # the watch brings the newer member; decide again
+
+        now = datetime.now(UTC)
+        status = pool_status(pool, PoolView(members, owner, plan, deferral, now))
+        if status_changed(pool.status, status):
+            previous = pool.status
+            pool.status = status
+            try:
+                await self.client.update_status(ModelPool.resource(), pool.to_dict())
+                self._superseded[key] = obj["metadata"].get("resourceVersion")
+            except Conflict:
+                return Result(requeue=True)  # our cache was stale; the watch brings the new one
+            except NotFound:
+                return Result()
+            self._record_transitions(obj, previous, status, owner, now)
+        if deferral is not None:
+            log.info("%s: %s: %s", key, deferral.reason, deferral.message)
+            self.recorder.event(obj, "Warning", deferral.reason, "Drain", deferral.message)
+        if owner.ignored is not None:
+            self.recorder.event(obj, "Warning", "IntentIgnored", "SelectOwner", owner.ignored)
+        return _result(deferral, intent)
+
+    async def _probe_members(
+        self, members: Mapping[str, MemberState], names: Sequence[str]
+    ) -> dict[str, list[tuple[str, IdleReport]]]:
+        """Probe every ready endpoint of each member, all at once."""
+        reports: dict[str, list[tuple[str, IdleReport]]] = {name: [] for name in names}
+
+        async def one(probe: IdleProbe, member: str, url: str) -> None:
+            reports[member].append((url, await probe.probe(url, member=member)))
+
+        async with anyio.create_task_group() as group:
+            for name in names:
+                state = members[name]
+                probe = self.probes.get(state.runtime)
+                if probe is None:
+                    why = f"runtime {state.runtime!r} has no idle probe"
+                    reports[name].append(("-", IdleReport(IdleOutcome.FAILED, why)))
+                elif not state.urls:
+                    why = "Ready, but no ready endpoint to probe"
+                    reports[name].append(("-", IdleReport(IdleOutcome.FAILED, why)))
+                else:
+                    for url in state.urls:
+                        group.start_soon(one, probe, name, url)
+        for results in reports.values():
+            results.sort()
+        return reports
+
+    async def _scale(
+        self, namespace: str, name: str, replicas: int, pool: str, owner: Owner
+    ) -> bool:
+        """Set a member's ``spec.replicas`` on the cached object, whose ``resourceVersion`` makes
+        the write optimistic; False when it was refused (409) or the member is gone."""
+        isvc = self.inference_services.store.get(f"{namespace}/{name}")
+        if isvc is None:
+            return False
+        isvc.setdefault("spec", {})["replicas"] = replicas
+        try:
+            await self.client.update(InferenceService.resource(), isvc)
+        except (Conflict, NotFound) as err:
+            log.info("%s: writing %s refused (%s); requeued", pool, name, type(err).__name__)
+            return False
+        why = "drained" if replicas == 0 else f"the owner, {_why(owner)}"
+        log.info("%s: %s scaled to %d: %s", pool, name, replicas, why)
+        return True
+
+    def _record_transitions(
+        self,
+        pool: Object,
+        before: ModelPoolStatus,
+        after: ModelPoolStatus,
+        owner: Owner,
+        now: datetime,
+    ) -> None:
+        key = f"{pool['metadata'].get('namespace')}/{pool['metadata']['name']}"
+        if after.phase == PHASE_DEGRADED and before.phase != PHASE_DEGRADED:
+            message = next(
+                (c.message or "" for c in after.conditions if c.type == "MembersValid"), ""
+            )
+            log.warning("%s: degraded: %s", key, message)
+            self.recorder.event(pool, "Warning", "Degraded", "Reconcile", message)
+        if (
+            before.pending_member is not None
+            and after.pending_member != before.pending_member
+            and after.resident_member != before.pending_member
+            and after.phase != PHASE_DEGRADED
+        ):
+            back_to = after.pending_member or after.resident_member or "nobody (cold)"
+            message = (
+                f"swap to {before.pending_member} abandoned (the intent was withdrawn or "
+                f"expired); the slot goes back to {back_to}"
+            )
+            log.info("%s: %s", key, message)
+            self.recorder.event(pool, "Normal", "SwapAbandoned", "Swap", message)
+        if (
+            after.pending_member is not None
+            and after.pending_member != before.pending_member
+            and after.pending_member != after.resident_member
+        ):
+            message = (
+                f"swap started: {after.resident_member or 'nothing'} -> "
+                f"{after.pending_member} ({_why(owner)})"
+            )
+            log.info("%s: %s", key, message)
+            self.recorder.event(pool, "Normal", "SwapStarted", "Swap", message)
+        if after.resident_member is not None and after.resident_member != before.resident_member:
+            took = _rfc3339_seconds_since(slot_allocated_since(before), now)
+            spent = f" in {took:.0f} s" if took is not None else ""
+            message = (
+                f"swap done: {after.resident_member} is resident"
+                f" (was {before.resident_member or 'nothing'}){spent}"
+            )
+            log.info("%s: %s", key, message)
+            self.recorder.event(pool, "Normal", "SwapCompleted", "Swap", message)
+
+    # -- mapping events to pools -----------------------------------------------------------------
+
+    def pools_with_member(self, namespace: str, member: str) -> list[Request]:
+        out = []
+        for pool in self.pools.store.by_index(NAMESPACE_INDEX, namespace):
+            refs = (pool.get("spec") or {}).get("members") or ()
+            if any((m.get("inferenceServiceRef") or {}).get("name") == member for m in refs):
+                out.append(Request(namespace, pool["metadata"]["name"]))
+        return out
+
+    def map_member(self, obj: Object) -> Iterable[Request]:
+        """An InferenceService or Deployment (same name) to the pools it is a member of."""
+        meta = obj["metadata"]
+        return self.pools_with_member(meta.get("namespace") or "", meta["name"])
+
+    def map_labelled(self, label: str) -> Any:
+        def mapper(obj: Object) -> Iterable[Request]:
+            meta = obj["metadata"]
+            member = (meta.get("labels") or {}).get(label)
+            return self.pools_with_member(meta.get("namespace") or "", member) if member else ()
+
+        return mapper
+
+
+def _why(owner: Owner) -> str:
+    if owner.reason is OwnerReason.REQUESTED and owner.intent is not None:
+        return f"requested by {owner.intent.holder}"
+    if owner.reason is OwnerReason.DEFAULT:
+        return "warming the default"
+    return "back to the resident"
+
+
+def map_lease(obj: Object) -> Iterable[Request]:
+    meta = obj["metadata"]
+    pool = pool_for_lease(meta["name"])
+    return (Request(meta.get("namespace") or "", pool),) if pool else ()
+
+
+def _all_idle(results: Sequence[tuple[str, IdleReport]]) -> bool:
+    return bool(results) and all(r.outcome is IdleOutcome.IDLE for _, r in results)
+
+
+def _deployment_drained(deployment: Mapping[str, Any] | None) -> bool:
+    """Absent, or asked for 0 replicas, observed so by the deployment controller, none left."""
+    if deployment is None:
+        return True
+    spec_replicas = (deployment.get("spec") or {}).get("replicas")
+    status = deployment.get("status") or {}
+    generation = deployment["metadata"].get("generation") or 0
+    observed = status.get("observedGeneration")
+    return (
+        spec_replicas == 0
+        and observed is not None
+        and observed >= generation
+        and not status.get("replicas")
+    )
+
+
+def _result(deferral: Deferral | None, intent: Intent | None) -> Result:
+    delays = []
+    if deferral is not None:
+        delays.append(DEFER_REQUEUE_SECONDS)
+    if intent is not None:
+        delays.append(intent.expires_in + EXPIRY_MARGIN_SECONDS)
+    return Result(requeue_after=min(delays)) if delays else Result()
+
+
+def setup_model_pool_controller(
+    manager: Manager, identity: str, probe: IdleProbe | None = None
+) -> ModelPoolReconciler:
+    """Wire the controller into ``manager`` (every namespace); shares informers with the
+    InferenceService controller where both read the same thing."""
+    pools = manager.informer(ModelPool.resource())
+    inference_services = manager.informer(InferenceService.resource())
+    deployments = manager.informer(DEPLOYMENTS)
+    pods = manager.informer(PODS, label_selector=ISVC_LABEL)
+    endpoint_slices = manager.informer(ENDPOINT_SLICES, label_selector=SERVICE_NAME_LABEL)
+    leases = manager.informer(LEASES)
+    observer = LeaseObserver()
+    leases.add_handler(observer)  # before the controller's handler: seen before reconciled
+    recorder = manager.event_recorder(EVENT_REPORTER, identity)
+    reconciler = ModelPoolReconciler(
+        manager,
+        recorder,
+        pools=pools,
+        inference_services=inference_services,
+        deployments=deployments,
+        pods=pods,
+        endpoint_slices=endpoint_slices,
+        leases=leases,
+        observer=observer,
+        probes={RUNTIME_LLAMACPP: probe or SlotsProbe()},
+    )
+    (
+        manager.new_controller(
+            CONTROLLER_NAME, reconciler, max_concurrent_reconciles=MAX_CONCURRENT_RECONCILES
+        )
+        .for_(pools)
+        .watches(inference_services, reconciler.map_member)
+        .watches(deployments, reconciler.map_member)
+        .watches(pods, reconciler.map_labelled(ISVC_LABEL))
+        .watches(endpoint_slices, reconciler.map_labelled(SERVICE_NAME_LABEL))
+        .watches(leases, map_lease)
+    )
+    return reconciler

@@ -1,0 +1,470 @@
+"""The ModelPool controller in the operator process, against a real API server.
+
+The operator runs as a separate process under its own ServiceAccount; the node stand-in gives
+member Deployments pods backed by simulator processes (1.5 s model load, 50 ms per token). The
+tests play the activator: they write the pool's Lease (``modelpool-<pool>``, holder plus the
+``inference.modelpool.dev/target`` annotation) and never scale a member up themselves.
+
+Orderings are proven from resourceVersions (one etcd orders every write), never from clocks;
+waits have generous deadlines and nothing is asserted on timing.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from controlplane.api.v1alpha1 import InferenceService, ModelPool
+from controlplane.api.v1alpha1.activation import TARGET_ANNOTATION, pool_lease_name
+from controlplane.controllers.inferenceservice import ISVC_LABEL
+from controlplane.controllers.modelpool import CONTROLLER_NAME
+from controlplane.runtime.client import KubeClient
+from controlplane.runtime.endpoints import ready_urls
+from controlplane.runtime.errors import NotFound
+from controlplane.runtime.resources import ENDPOINT_SLICES, EVENTS, LEASES, PODS
+from tests.e2e.clusters import TestCluster
+from tests.e2e.kubectl import install
+from tests.e2e.operator_process import (
+    LocalProcess,
+    NodeStandInProcess,
+    OperatorProcess,
+    metric_sum,
+    start_node,
+    start_operator,
+    stopped_at_exit,
+)
+from tests.e2e.waiting import eventually
+
+ISVC = InferenceService.resource()
+POOL = ModelPool.resource()
+TIMEOUT = 60.0
+LOAD_SECONDS = 1.5
+TOKEN_SECONDS = 0.05
+HOLDER = "e2e-activator"
+Object = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+async def operator(
+    cluster: TestCluster, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[OperatorProcess]:
+    """One operator process for the module (it watches every namespace)."""
+    await install(cluster)
+    workdir = tmp_path_factory.mktemp("pool-operator")
+    with stopped_at_exit() as started:
+        async with KubeClient(cluster.admin_config()) as admin:
+            found = await start_operator(
+                cluster, admin, workdir, f"pool-e2e-{secrets.token_hex(3)}", "pool-op", started
+            )
+        yield found
+
+
+@pytest.fixture
+def node(cluster: TestCluster, namespace: str, tmp_path: Path) -> Iterator[NodeStandInProcess]:
+    """The node stand-in for this test's namespace; stopping it takes its pods along."""
+    started: list[LocalProcess]
+    with stopped_at_exit() as started:
+        yield start_node(
+            cluster,
+            tmp_path,
+            started,
+            namespace=namespace,
+            load_seconds=LOAD_SECONDS,
+            token_seconds=TOKEN_SECONDS,
+        )
+
+
+# -- objects -------------------------------------------------------------------------------------
+
+
+def isvc_body(name: str, replicas: int | None = 0) -> Object:
+    spec: Object = {
+        "model": {"name": name, "source": f"/models/{name}.gguf"},
+        "args": ["--parallel", "2"],
+    }
+    if replicas is not None:
+        spec["replicas"] = replicas
+    return {
+        "apiVersion": "inference.modelpool.dev/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def pool_body(name: str, members: list[str], default: str | None) -> Object:
+    spec: Object = {"members": [{"inferenceServiceRef": {"name": m}} for m in members]}
+    if default is not None:
+        spec["default"] = default
+    return {
+        "apiVersion": "inference.modelpool.dev/v1alpha1",
+        "kind": "ModelPool",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def condition(pool: Object, type_: str) -> Object:
+    conditions: list[Object] = (pool.get("status") or {}).get("conditions") or []
+    found = [c for c in conditions if c["type"] == type_]
+    assert found, f"no {type_} condition in {pool.get('status')}"
+    return found[0]
+
+
+async def wait_pool(
+    admin: KubeClient, namespace: str, name: str, check: Callable[[Object], bool], what: str
+) -> Object:
+    async def reached() -> Object | None:
+        pool = await admin.get(POOL, name, namespace)
+        return pool if check(pool) else None
+
+    return await eventually(reached, timeout=TIMEOUT, what=what)
+
+
+def settled(resident: str) -> Callable[[Object], bool]:
+    """Ready with ``resident`` holding the slot, nothing pending, status of this generation."""
+
+    def check(pool: Object) -> bool:
+        status = pool.get("status") or {}
+        return (
+            status.get("phase") == "Ready"
+            and status.get("residentMember") == resident
+            and not status.get("pendingMember")
+            and status.get("observedGeneration") == pool["metadata"]["generation"]
+        )
+
+    return check
+
+
+def deferred(reason: str, *words: str) -> Callable[[Object], bool]:
+    def check(pool: Object) -> bool:
+        conditions = (pool.get("status") or {}).get("conditions") or ()
+        found = next((c for c in conditions if c["type"] == "SwapDeferred"), None)
+        return (
+            found is not None
+            and (found["status"], found["reason"]) == ("True", reason)
+            and all(word in found["message"] for word in words)
+        )
+
+    return check
+
+
+async def replicas(admin: KubeClient, namespace: str, name: str) -> int | None:
+    found = (await admin.get(ISVC, name, namespace))["spec"].get("replicas")
+    return None if found is None else int(found)
+
+
+async def isvc_phase(admin: KubeClient, namespace: str, name: str, phase: str) -> Object:
+    async def reached() -> Object | None:
+        found = await admin.get(ISVC, name, namespace)
+        return found if (found.get("status") or {}).get("phase") == phase else None
+
+    return await eventually(reached, timeout=TIMEOUT, what=f"{name} to be {phase}")
+
+
+async def ready_url(admin: KubeClient, namespace: str, service: str) -> str:
+    async def found() -> str | None:
+        slices = await admin.list(
+            ENDPOINT_SLICES, namespace, label_selector=f"kubernetes.io/service-name={service}"
+        )
+        urls = ready_urls(slices.items)
+        return urls[0] if urls else None
+
+    return await eventually(found, timeout=TIMEOUT, what=f"a ready endpoint of {service}")
+
+
+async def take_lease(
+    admin: KubeClient, namespace: str, pool: str, target: str, duration: int = 60
+) -> None:
+    """Play the activator: hold the pool's Lease with ``target`` as the wanted member."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    name = pool_lease_name(pool)
+    spec = {"holderIdentity": HOLDER, "leaseDurationSeconds": duration,
+            "acquireTime": now, "renewTime": now}  # fmt: skip
+    try:
+        lease = await admin.get(LEASES, name, namespace)
+    except NotFound:
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": name, "annotations": {TARGET_ANNOTATION: target}},
+                "spec": spec}  # fmt: skip
+        await admin.create(LEASES, body, namespace)
+        return
+    lease["metadata"].setdefault("annotations", {})[TARGET_ANNOTATION] = target
+    lease["spec"] = {**lease.get("spec", {}), **spec}
+    await admin.update(LEASES, lease)
+
+
+async def release_lease(admin: KubeClient, namespace: str, pool: str) -> None:
+    """Release as the activator does: clear the holder (the record stays)."""
+    lease = await admin.get(LEASES, pool_lease_name(pool), namespace)
+    lease["spec"]["holderIdentity"] = None
+    await admin.update(LEASES, lease)
+
+
+async def set_slots_mode(url: str, mode: str) -> None:
+    async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
+        response = await http.post(f"{url}/sim/slots-mode", json={"mode": mode})
+    assert response.status_code == 200, response.text
+
+
+async def chat(url: str, model: str) -> str:
+    body = {"model": model, "messages": [{"role": "user", "content": "hello pool"}]}
+    async with httpx.AsyncClient(timeout=30, trust_env=False) as http:
+        response = await http.post(f"{url}/v1/chat/completions", json=body)
+    assert response.status_code == 200, response.text
+    return str(response.json()["model"])
+
+
+@asynccontextmanager
+async def stream_in_flight(url: str, model: str) -> AsyncIterator[None]:
+    """A streamed completion that keeps a slot busy (20 s of tokens) until the block ends.
+
+    Entered once a content chunk has been read, so ``/slots`` reports the slot processing; leaving
+    the block closes the stream, which frees the slot at once.
+    """
+    body = {"model": model, "messages": [{"role": "user", "content": "keep going"}],
+            "stream": True, "max_tokens": 400, "ignore_eos": True}  # fmt: skip
+    async with (
+        httpx.AsyncClient(timeout=30, trust_env=False) as http,
+        http.stream("POST", f"{url}/v1/chat/completions", json=body) as response,
+    ):
+        assert response.status_code == 200
+        lines = response.aiter_lines()
+        async for line in lines:
+            if '"content"' in line:
+                break
+        yield
+
+
+@asynccontextmanager
+async def recorded(
+    admin: KubeClient, namespace: str
+) -> AsyncIterator[list[tuple[str, str, Object]]]:
+    """Every pod and InferenceService event in ``namespace`` while the block runs, in order."""
+    events: list[tuple[str, str, Object]] = []
+
+    async def record(resource: Any, kind: str, version: str) -> None:
+        async with admin.watch(resource, namespace, resource_version=version) as stream:
+            async for event in stream:
+                if event.type != "BOOKMARK":
+                    events.append((kind, event.type, event.object))
+
+    async with anyio.create_task_group() as group:
+        for resource, kind in ((PODS, "pod"), (ISVC, "isvc")):
+            version = (await admin.list(resource, namespace)).resource_version
+            group.start_soon(record, resource, kind, version)
+        yield events
+        await anyio.sleep(0.5)  # let the last events in
+        group.cancel_scope.cancel()
+
+
+def rv(obj: Object) -> int:
+    return int(obj["metadata"]["resourceVersion"])
+
+
+async def warm_pool(admin: KubeClient, namespace: str, pool: str = "gpu") -> None:
+    """Members a and b at replicas 0, a pool with default a, waited until a is resident."""
+    for name in ("a", "b"):
+        await admin.create(ISVC, isvc_body(name), namespace)
+    await admin.create(POOL, pool_body(pool, ["a", "b"], "a"), namespace)
+    await wait_pool(admin, namespace, pool, settled("a"), "a to be resident")
+
+
+async def reconciled_after(operator: OperatorProcess, touch: Callable[[], Any]) -> None:
+    """Run ``touch`` (a write that triggers a reconcile) and wait until one more has run."""
+    before = await metric_sum(
+        operator.metrics_url, "controller_runtime_reconcile_total", controller=CONTROLLER_NAME
+    )
+    await touch()
+
+    async def more() -> bool:
+        now = await metric_sum(
+            operator.metrics_url, "controller_runtime_reconcile_total", controller=CONTROLLER_NAME
+        )
+        return now > before
+
+    await eventually(more, timeout=TIMEOUT, what="the pool to be reconciled again")
+
+
+def touch_pool(admin: KubeClient, namespace: str, pool: str) -> Callable[[], Any]:
+    async def touch() -> None:
+        note = {"metadata": {"annotations": {"e2e.modelpool.dev/touched": secrets.token_hex(3)}}}
+        await admin.patch(POOL, pool, note, namespace)
+
+    return touch
+
+
+# -- the tests -----------------------------------------------------------------------------------
+
+
+async def test_a_cold_pool_warms_its_default(
+    admin: KubeClient, namespace: str, operator: OperatorProcess, node: NodeStandInProcess
+) -> None:
+    created_b = await admin.create(ISVC, isvc_body("b"), namespace)
+    await admin.create(ISVC, isvc_body("a"), namespace)
+    await admin.create(POOL, pool_body("gpu", ["a", "b"], "a"), namespace)
+
+    pool = await wait_pool(admin, namespace, "gpu", settled("a"), "a to be resident")
+    status = pool["status"]
+    assert status["members"] == [
+        {"name": "a", "phase": "Ready", "resident": True},
+        {"name": "b", "phase": "Stopped", "resident": False},
+    ]
+    assert (condition(pool, "SlotAllocated")["status"], condition(pool, "MembersValid")["status"],
+            condition(pool, "SwapDeferred")["status"]) == ("True", "True", "False")  # fmt: skip
+    assert await replicas(admin, namespace, "a") == 1
+    await isvc_phase(admin, namespace, "a", "Ready")
+    b = await admin.get(ISVC, "b", namespace)
+    assert b["spec"]["replicas"] == 0
+    assert b["metadata"]["generation"] == created_b["metadata"]["generation"], "b was written"
+    assert await chat(await ready_url(admin, namespace, "a"), "a") == "a"
+
+
+async def test_a_swap_waits_for_idle_slots_then_for_the_pods_to_be_gone(
+    admin: KubeClient, namespace: str, operator: OperatorProcess, node: NodeStandInProcess
+) -> None:
+    await warm_pool(admin, namespace)
+    url_a = await ready_url(admin, namespace, "a")
+    (pod_a,) = (await admin.list(PODS, namespace, label_selector=f"{ISVC_LABEL}=a")).items
+
+    async with recorded(admin, namespace) as events:
+        async with stream_in_flight(url_a, "a"):
+            await take_lease(admin, namespace, "gpu", target="b")
+            pool = await wait_pool(
+                admin, namespace, "gpu", deferred("PodsBusy", "a at", "1 of 2"), "PodsBusy"
+            )
+            assert (pool["status"]["phase"], pool["status"]["residentMember"],
+                    pool["status"]["pendingMember"]) == ("Swapping", "a", "b")  # fmt: skip
+            assert await replicas(admin, namespace, "a") == 1, "a was drained while busy"
+            assert await replicas(admin, namespace, "b") == 0
+        # The stream is closed: its slot is idle, the drain proceeds.
+        pool = await wait_pool(admin, namespace, "gpu", settled("b"), "b to be resident")
+
+    assert condition(pool, "SwapDeferred")["status"] == "False"
+    assert [m["name"] for m in pool["status"]["members"] if m["resident"]] == ["b"]
+    a_down = [o for k, t, o in events if k == "isvc" and o["metadata"]["name"] == "a"
+              and o["spec"].get("replicas") == 0]  # fmt: skip
+    b_up = [o for k, t, o in events if k == "isvc" and o["metadata"]["name"] == "b"
+            and o["spec"].get("replicas") == 1]  # fmt: skip
+    pod_a_events = [(t, o) for k, t, o in events
+                    if k == "pod" and o["metadata"]["uid"] == pod_a["metadata"]["uid"]]  # fmt: skip
+    terminating = [
+        o for t, o in pod_a_events if t == "MODIFIED" and o["metadata"].get("deletionTimestamp")
+    ]
+    deleted = [o for t, o in pod_a_events if t == "DELETED"]
+    seen = [(k, t, o["metadata"]["name"]) for k, t, o in events]
+    assert a_down, seen
+    assert b_up, seen
+    assert deleted, seen
+    assert terminating, "a's pod was never seen Terminating"
+    # One etcd orders every write: a scaled to 0, then its pod Terminating, then gone, and only
+    # then b scaled up.
+    assert rv(a_down[0]) < rv(terminating[0]) < rv(deleted[0]) < rv(b_up[0])
+    assert await replicas(admin, namespace, "a") == 0
+    await isvc_phase(admin, namespace, "b", "Ready")
+    assert await chat(await ready_url(admin, namespace, "b"), "b") == "b"
+
+    async def swap_events() -> set[str] | None:
+        found = await admin.list(EVENTS, namespace)
+        reasons = {e["reason"] for e in found.items if e["regarding"]["name"] == "gpu"}
+        return reasons if {"SwapStarted", "PodsBusy", "SwapCompleted"} <= reasons else None
+
+    await eventually(swap_events, timeout=TIMEOUT, what="swap and deferral events on the pool")
+
+
+async def test_a_broken_idle_check_defers_the_swap_until_it_answers(
+    admin: KubeClient, namespace: str, operator: OperatorProcess, node: NodeStandInProcess
+) -> None:
+    await warm_pool(admin, namespace)
+    url_a = await ready_url(admin, namespace, "a")
+    generation_a = (await admin.get(ISVC, "a", namespace))["metadata"]["generation"]
+
+    await set_slots_mode(url_a, "error500")
+    await take_lease(admin, namespace, "gpu", target="b")
+    await wait_pool(admin, namespace, "gpu", deferred("IdleCheckFailed", "a at", "500"), "a 500")
+    await set_slots_mode(url_a, "malformed")
+    await wait_pool(
+        admin, namespace, "gpu", deferred("IdleCheckFailed", "a at", "not an array"), "malformed"
+    )
+    a = await admin.get(ISVC, "a", namespace)
+    assert (a["spec"]["replicas"], a["metadata"]["generation"]) == (1, generation_a), (
+        "a was scaled while its idle check failed"
+    )
+    assert await replicas(admin, namespace, "b") == 0
+
+    await set_slots_mode(url_a, "normal")
+    await wait_pool(admin, namespace, "gpu", settled("b"), "b to be resident once /slots answers")
+    assert await replicas(admin, namespace, "a") == 0
+
+
+async def test_a_withdrawn_intent_returns_the_pool_to_its_resident(
+    admin: KubeClient, namespace: str, operator: OperatorProcess, node: NodeStandInProcess
+) -> None:
+    await warm_pool(admin, namespace)
+    await take_lease(admin, namespace, "gpu", target="b")
+
+    async def b_scaled_up() -> bool:
+        return await replicas(admin, namespace, "b") == 1
+
+    await eventually(b_scaled_up, timeout=TIMEOUT, what="the controller to bring b up")
+    # The activator gives up (a failed or timed-out swap) and releases the Lease. Unlike a real
+    # activator it does not scale b down itself: the controller must stop wanting b on its own.
+    await release_lease(admin, namespace, "gpu")
+
+    pool = await wait_pool(admin, namespace, "gpu", settled("a"), "the pool to return to a")
+    assert await replicas(admin, namespace, "b") == 0
+    assert await replicas(admin, namespace, "a") == 1
+    b = await isvc_phase(admin, namespace, "b", "Stopped")
+    await isvc_phase(admin, namespace, "a", "Ready")
+    assert condition(pool, "SlotAllocated")["status"] == "True"
+
+    async def abandoned() -> bool:
+        found = await admin.list(EVENTS, namespace)
+        return any(e["reason"] == "SwapAbandoned" for e in found.items)
+
+    await eventually(abandoned, timeout=TIMEOUT, what="a SwapAbandoned event on the pool")
+
+    # And it stays that way: one more reconcile leaves b alone.
+    await reconciled_after(operator, touch_pool(admin, namespace, "gpu"))
+    after = await admin.get(ISVC, "b", namespace)
+    assert (after["spec"]["replicas"], after["metadata"]["generation"]) == (
+        0,
+        b["metadata"]["generation"],
+    )
+
+
+async def test_a_missing_member_degrades_the_pool_and_changes_no_replicas(
+    admin: KubeClient, namespace: str, operator: OperatorProcess, node: NodeStandInProcess
+) -> None:
+    x = await admin.create(ISVC, isvc_body("x", replicas=0), namespace)
+    y = await admin.create(ISVC, isvc_body("y", replicas=None), namespace)  # absent: 1
+    await isvc_phase(admin, namespace, "y", "Ready")
+    await admin.create(POOL, pool_body("gpu", ["x", "y", "ghost"], "x"), namespace)
+
+    def degraded(pool: Object) -> bool:
+        return (pool.get("status") or {}).get("phase") == "Degraded"
+
+    pool = await wait_pool(admin, namespace, "gpu", degraded, "the pool to be Degraded")
+    valid = condition(pool, "MembersValid")
+    assert (valid["status"], valid["reason"]) == ("False", "MembersNotFound")
+    assert "ghost" in valid["message"]
+    assert {"name": "ghost", "phase": "NotFound", "resident": False} in pool["status"]["members"]
+    await reconciled_after(operator, touch_pool(admin, namespace, "gpu"))
+    for before in (x, y):
+        now = await admin.get(ISVC, before["metadata"]["name"], namespace)
+        assert now["metadata"]["generation"] == before["metadata"]["generation"]
+        assert now["spec"].get("replicas") == before["spec"].get("replicas")
+
+    # The same pool once the member exists: now the controller does act (y drained, x warmed).
+    await admin.create(ISVC, isvc_body("ghost"), namespace)
+    pool = await wait_pool(admin, namespace, "gpu", settled("x"), "x to be resident")
+    assert condition(pool, "MembersValid")["status"] == "True"
+    assert await replicas(admin, namespace, "y") == 0

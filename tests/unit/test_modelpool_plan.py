@@ -1,0 +1,324 @@
+"""What the pool controller does with a snapshot of its members, and the status it reports."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from controlplane.api.v1alpha1 import ModelPool
+from controlplane.api.v1alpha1.conditions import find_condition
+from controlplane.controllers.modelpool import _deployment_drained, deferral_from
+from controlplane.controllers.poolintent import Intent, Owner, OwnerReason
+from controlplane.controllers.poolplan import (
+    Deferral,
+    MemberState,
+    Plan,
+    PoolView,
+    plan_actions,
+    pool_status,
+    status_changed,
+)
+from controlplane.runtimes.idle import IdleOutcome, IdleReport
+
+NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def up(name: str) -> MemberState:
+    """Ready and serving at an endpoint."""
+    return MemberState(name, replicas=1, phase="Ready", urls=(f"http://{name}:1",), pods=1,
+                       deployment_drained=False)  # fmt: skip
+
+
+def loading(name: str) -> MemberState:
+    return MemberState(name, replicas=1, phase="Creating", pods=1, deployment_drained=False)
+
+
+def stopped(name: str) -> MemberState:
+    return MemberState(name, replicas=0, phase="Stopped")
+
+
+def terminating(name: str) -> MemberState:
+    """Scaled to 0, its pod still Terminating (the process has not exited)."""
+    return MemberState(name, replicas=0, phase="Creating", pods=1)
+
+
+def missing(name: str) -> MemberState:
+    return MemberState(name, found=False, replicas=0)
+
+
+def members(*states: MemberState) -> dict[str, MemberState]:
+    return {s.name: s for s in states}
+
+
+# -- the plan ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "owner", "expected"),
+    [
+        # cold pool, default a: nothing else holds the slot, a goes up
+        (members(stopped("a"), stopped("b")), "a", Plan(scale_up="a")),
+        # settled: nothing to do
+        (members(up("a"), stopped("b")), "a", Plan()),
+        # swap a -> b: a serves, so it is probed first; b must wait
+        (members(up("a"), stopped("b")), "b", Plan(probe=("a",), holding=("a",))),
+        # a scaled to 0 but its pod is Terminating: b still waits
+        (members(terminating("a"), stopped("b")), "b", Plan(holding=("a",))),
+        # a gone: b goes up
+        (members(stopped("a"), stopped("b")), "b", Plan(scale_up="b")),
+        # a not serving (loading): scaled down without a probe; b waits for its pod
+        (members(loading("a"), stopped("b")), "b", Plan(scale_down=("a",), holding=("a",))),
+        # Ready by phase but no ready endpoint yet: still probed (and the probe step fails it)
+        (
+            members(MemberState("a", phase="Ready", pods=1), stopped("b")),
+            "b",
+            Plan(probe=("a",), holding=("a",)),
+        ),
+        # a ready endpoint but a stale phase: serving all the same
+        (
+            members(MemberState("a", phase="Creating", urls=("http://a:1",)), stopped("b")),
+            "b",
+            Plan(probe=("a",), holding=("a",)),
+        ),
+        # the owner is already up (replicas absent = 1): no write, others still drained
+        (members(up("a"), up("b")), "a", Plan(probe=("b",), holding=("b",))),
+        # cold, no owner: everything is drained, nothing goes up
+        (
+            members(up("a"), loading("b")),
+            None,
+            Plan(probe=("a",), scale_down=("b",), holding=("a", "b")),
+        ),
+        # three members: the owner waits for both
+        (
+            members(stopped("a"), terminating("b"), up("c")),
+            "a",
+            Plan(probe=("c",), holding=("b", "c")),
+        ),
+        # the Deployment has not caught up with replicas 0 yet (no pod seen): the owner waits
+        (
+            members(MemberState("a", replicas=0, deployment_drained=False), stopped("b")),
+            "b",
+            Plan(holding=("a",)),
+        ),
+        # a missing member: no action at all
+        (members(up("a"), stopped("b"), missing("z")), "b", Plan(missing=("z",))),
+        (members(stopped("a"), missing("z")), "a", Plan(missing=("z",))),
+    ],
+)
+def test_plan(snapshot: dict[str, MemberState], owner: str | None, expected: Plan) -> None:
+    assert plan_actions(snapshot, owner) == expected
+
+
+@pytest.mark.parametrize(
+    ("deployment", "drained"),
+    [
+        (None, True),
+        (
+            {
+                "metadata": {"generation": 2},
+                "spec": {"replicas": 0},
+                "status": {"observedGeneration": 2},
+            },
+            True,
+        ),
+        (
+            {
+                "metadata": {"generation": 2},
+                "spec": {"replicas": 0},
+                "status": {"observedGeneration": 2, "replicas": 0},
+            },
+            True,
+        ),
+        (
+            {
+                "metadata": {"generation": 2},
+                "spec": {"replicas": 0},
+                "status": {"observedGeneration": 1, "replicas": 0},
+            },
+            False,
+        ),
+        (
+            {
+                "metadata": {"generation": 2},
+                "spec": {"replicas": 0},
+                "status": {"observedGeneration": 2, "replicas": 1},
+            },
+            False,
+        ),
+        (
+            {
+                "metadata": {"generation": 2},
+                "spec": {"replicas": 1},
+                "status": {"observedGeneration": 2},
+            },
+            False,
+        ),
+        ({"metadata": {"generation": 1}, "spec": {"replicas": 0}, "status": {}}, False),
+    ],
+)
+def test_a_deployment_is_drained_once_observed_at_zero(
+    deployment: dict[str, Any] | None, drained: bool
+) -> None:
+    assert _deployment_drained(deployment) is drained
+
+
+# -- deferral --------------------------------------------------------------------------------------
+
+
+def test_busy_defers_as_pods_busy_and_a_failed_check_wins() -> None:
+    busy = IdleReport(IdleOutcome.BUSY, "1 of 2 slot(s) processing", 2, 1)
+    failed = IdleReport(IdleOutcome.FAILED, "/slots answered 500")
+    deferral = deferral_from({"a": [("http://a:1", busy)]})
+    assert deferral is not None
+    assert deferral.reason == "PodsBusy"
+    assert "a at http://a:1: 1 of 2 slot(s) processing" in deferral.message
+    deferral = deferral_from({"a": [("http://a:1", busy)], "c": [("http://c:1", failed)]})
+    assert deferral is not None
+    assert deferral.reason == "IdleCheckFailed"
+    assert "c at http://c:1: /slots answered 500" in deferral.message
+    assert "a at http://a:1" in deferral.message
+    assert deferral_from({}) is None
+
+
+# -- status --------------------------------------------------------------------------------------
+
+
+def pool(status: dict[str, Any] | None = None, generation: int = 3) -> ModelPool:
+    return ModelPool.from_dict(
+        {
+            "apiVersion": "inference.modelpool.dev/v1alpha1",
+            "kind": "ModelPool",
+            "metadata": {"name": "gpu", "namespace": "ns", "generation": generation},
+            "spec": {"members": [{"inferenceServiceRef": {"name": n}} for n in ("a", "b")]},
+            "status": status or {},
+        }
+    )
+
+
+def owner(name: str | None, reason: OwnerReason = OwnerReason.REQUESTED) -> Owner:
+    intent = Intent("router-0", name, 10.0) if name and reason is OwnerReason.REQUESTED else None
+    return Owner(name, reason, intent)
+
+
+def compute(
+    snapshot: dict[str, MemberState],
+    chosen: Owner,
+    current: dict[str, Any] | None = None,
+    deferral: Deferral | None = None,
+) -> dict[str, Any]:
+    plan = plan_actions(snapshot, chosen.name)
+    status = pool_status(pool(current), PoolView(snapshot, chosen, plan, deferral, NOW))
+    return status.to_dict()
+
+
+def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def test_a_cold_pool_warming_its_default_is_swapping_with_the_default_pending() -> None:
+    status = compute(members(stopped("a"), stopped("b")), owner("a", OwnerReason.DEFAULT))
+    assert (status["phase"], status.get("residentMember"), status["pendingMember"]) == (
+        "Swapping", None, "a",
+    )  # fmt: skip
+    assert conditions(status) == {
+        "MembersValid": ("True", "MembersFound"),
+        "SlotAllocated": ("False", "Starting"),
+        "SwapDeferred": ("False", "NotDeferred"),
+    }
+    assert status["observedGeneration"] == 3
+
+
+def test_ready_when_the_owner_is_ready_and_nobody_else_holds_the_slot() -> None:
+    status = compute(members(up("a"), stopped("b")), owner("a", OwnerReason.DEFAULT))
+    assert (status["phase"], status["residentMember"], status.get("pendingMember")) == (
+        "Ready", "a", None,
+    )  # fmt: skip
+    assert status["members"] == [
+        {"name": "a", "phase": "Ready", "resident": True},
+        {"name": "b", "phase": "Stopped", "resident": False},
+    ]
+    assert conditions(status)["SlotAllocated"] == ("True", "ResidentReady")
+
+
+def test_during_a_swap_the_old_resident_keeps_the_title_until_the_new_one_is_ready() -> None:
+    current = {"residentMember": "a", "phase": "Ready"}
+    busy = Deferral("PodsBusy", "drain deferred, requests in flight: a at http://a:1: 1 of 2")
+    status = compute(members(up("a"), stopped("b")), owner("b"), current, busy)
+    assert (status["phase"], status["residentMember"], status["pendingMember"]) == (
+        "Swapping", "a", "b",
+    )  # fmt: skip
+    assert conditions(status)["SlotAllocated"] == ("False", "Draining")
+    deferred = find_condition(pool(status).status.conditions, "SwapDeferred")
+    assert deferred is not None
+    assert (deferred.status, deferred.reason, deferred.message) == (
+        "True",
+        "PodsBusy",
+        busy.message,
+    )
+
+    status = compute(members(terminating("a"), stopped("b")), owner("b"), current)
+    assert (status["residentMember"], status["pendingMember"]) == ("a", "b")
+    assert conditions(status)["SlotAllocated"] == ("False", "WaitingForPods")
+
+    status = compute(members(stopped("a"), loading("b")), owner("b"), current)
+    assert (status["phase"], status["residentMember"], status["pendingMember"]) == (
+        "Swapping", "a", "b",
+    )  # fmt: skip
+
+    status = compute(members(stopped("a"), up("b")), owner("b"), current)
+    assert (status["phase"], status["residentMember"], status.get("pendingMember")) == (
+        "Ready", "b", None,
+    )  # fmt: skip
+
+
+def test_a_withdrawn_intent_brings_the_resident_back_as_the_pending_member() -> None:
+    current = {"residentMember": "a", "pendingMember": "b", "phase": "Swapping"}
+    status = compute(members(stopped("a"), loading("b")), owner("a", OwnerReason.RESIDENT), current)
+    assert (status["residentMember"], status["pendingMember"]) == ("a", "a")  # a comes back
+    assert status["phase"] == "Swapping"
+
+
+def test_cold_without_default_is_pending() -> None:
+    status = compute(members(stopped("a"), stopped("b")), owner(None, OwnerReason.COLD))
+    assert status["phase"] == "Pending"
+    assert status.get("residentMember") is None
+    assert status.get("pendingMember") is None
+    assert conditions(status)["SlotAllocated"] == ("False", "Cold")
+
+
+def test_a_missing_member_is_degraded_and_keeps_resident_and_pending() -> None:
+    current = {"residentMember": "a", "pendingMember": "b", "phase": "Swapping"}
+    snapshot = members(up("a"), stopped("b"), missing("z"))
+    status = compute(snapshot, owner("b"), current)
+    assert (status["phase"], status["residentMember"], status["pendingMember"]) == (
+        "Degraded", "a", "b",
+    )  # fmt: skip
+    assert conditions(status)["MembersValid"] == ("False", "MembersNotFound")
+    valid = find_condition(pool(status).status.conditions, "MembersValid")
+    assert valid is not None
+    assert valid.message == "InferenceService(s) not found: z"
+    assert {"name": "z", "phase": "NotFound", "resident": False} in status["members"]
+
+
+def test_status_is_unchanged_when_nothing_changed_and_transition_times_stay() -> None:
+    snapshot = members(up("a"), stopped("b"))
+    first = compute(snapshot, owner("a", OwnerReason.DEFAULT))
+    later = pool_status(
+        pool(first),
+        PoolView(
+            snapshot,
+            owner("a", OwnerReason.DEFAULT),
+            plan_actions(snapshot, "a"),
+            None,
+            datetime(2026, 1, 2, tzinfo=UTC),
+        ),
+    )
+    assert not status_changed(pool(first).status, later)
+    # a new generation is a change (observedGeneration follows it)
+    bumped = pool(first, generation=4)
+    plan = plan_actions(snapshot, "a")
+    wanted = pool_status(bumped, PoolView(snapshot, owner("a", OwnerReason.DEFAULT), plan))
+    assert status_changed(bumped.status, wanted)
+    assert wanted.observed_generation == 4
