@@ -18,6 +18,7 @@ import anyio
 
 from controlplane.envtest import ControlPlane, EnvtestError
 from controlplane.preflight import command as preflight_command
+from controlplane.router import command as router_command
 from controlplane.runtime.logs import configure_logging
 from controlplane.sim import command as sim_command
 from controlplane.sim import nodecommand as sim_node_command
@@ -169,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     preflight = commands.add_parser("preflight", help=preflight_command.run.__doc__)
     preflight_command.add_arguments(preflight)
     preflight.set_defaults(run=preflight_command.run)
+    router = commands.add_parser("router-proxy", help=router_command.run.__doc__)
+    router_command.add_arguments(router)
+    router.set_defaults(run=router_command.run)
     sim = commands.add_parser("sim", help=sim_command.run.__doc__)
     sim_command.add_arguments(sim)
     sim.set_defaults(run=sim_command.run)

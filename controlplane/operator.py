@@ -7,7 +7,7 @@ answer leaves it not-ready while the preflight keeps retrying in the background;
 verdict lets the manager campaign for leadership and start controllers.
 
 The controllers (InferenceService, ModelPool, ModelRouter) register in :func:`build_manager` as
-they land; today it runs the InferenceService and ModelPool controllers.
+they land; today it runs all three.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import anyio
 
 from controlplane.controllers.inferenceservice import setup_inference_service_controller
 from controlplane.controllers.modelpool import setup_model_pool_controller
+from controlplane.controllers.modelrouter import setup_model_router_controller
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE
 from controlplane.preflight import Component, PreflightGate, Verdict, run_preflight
 from controlplane.runtime.config import ClientConfig
@@ -101,6 +102,7 @@ def build_manager(settings: OperatorSettings) -> tuple[Manager, PreflightGate]:
     # Controllers register here, each with the informers it reads.
     setup_inference_service_controller(manager, identity)
     setup_model_pool_controller(manager, identity)
+    setup_model_router_controller(manager, identity)
     return manager, gate
 
 

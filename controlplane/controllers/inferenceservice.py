@@ -44,13 +44,10 @@ template carries) only to know when the last one is gone; nothing is polled.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
-
-import msgspec
 
 from controlplane.api.v1alpha1 import InferenceService, InferenceServiceStatus, set_condition
 from controlplane.api.v1alpha1.conditions import FALSE, TRUE
@@ -64,6 +61,13 @@ from controlplane.api.v1alpha1.inferenceservice import (
     PHASE_STOPPED,
 )
 from controlplane.api.v1alpha1.meta import API_VERSION
+from controlplane.controllers.children import MANAGED_BY as MANAGED_BY
+from controlplane.controllers.children import MANAGED_BY_LABEL as MANAGED_BY_LABEL
+from controlplane.controllers.children import SPEC_HASH_ANNOTATION as SPEC_HASH_ANNOTATION
+from controlplane.controllers.children import covers as covers
+from controlplane.controllers.children import is_controlled_by as is_controlled_by
+from controlplane.controllers.children import needs_apply as needs_apply
+from controlplane.controllers.children import quantities, with_spec_hash
 from controlplane.runtime.cache import NAMESPACE_INDEX
 from controlplane.runtime.controller import Request, Result
 from controlplane.runtime.errors import Conflict, NotFound
@@ -81,11 +85,8 @@ EVENT_REPORTER: Final = "modelpool-operator/inferenceservice"
 #: Labels on everything the controller creates; the last one is the selector.
 NAME_LABEL: Final = "app.kubernetes.io/name"
 INSTANCE_LABEL: Final = "app.kubernetes.io/instance"
-MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 ISVC_LABEL: Final = "inference.modelpool.dev/inferenceservice"
 SERVER_NAME: Final = "llama-server"
-MANAGED_BY: Final = "modelpool-operator"
-SPEC_HASH_ANNOTATION: Final = "inference.modelpool.dev/spec-hash"
 
 CONTAINER_NAME: Final = "server"
 PORT_NAME: Final = "http"
@@ -168,20 +169,15 @@ def endpoint(isvc: InferenceService) -> str:
     return f"http://{isvc.name}.{isvc.namespace}.svc:{server_port(isvc)}"
 
 
-def _quantities(values: Mapping[str, int | str]) -> dict[str, str]:
-    # The API server stores quantities as strings; writing strings keeps comparisons exact.
-    return {key: str(value) for key, value in values.items()}
-
-
 def _resources(isvc: InferenceService) -> dict[str, Any]:
     wanted = isvc.spec.resources
     if wanted is None:
         return {}
     out: dict[str, Any] = {}
     if wanted.limits:
-        out["limits"] = _quantities(wanted.limits)
+        out["limits"] = quantities(wanted.limits)
     if wanted.requests:
-        out["requests"] = _quantities(wanted.requests)
+        out["requests"] = quantities(wanted.requests)
     return out
 
 
@@ -204,13 +200,6 @@ def _metadata(isvc: InferenceService) -> dict[str, Any]:
         "labels": child_labels(isvc.name),
         "ownerReferences": [owner_reference(isvc)],
     }
-
-
-def _with_spec_hash(obj: dict[str, Any]) -> dict[str, Any]:
-    """Stamp ``obj`` with a hash of itself, so a field dropped from what is wanted is noticed."""
-    digest = hashlib.sha256(msgspec.json.encode(obj, order="sorted")).hexdigest()[:16]
-    obj["metadata"]["annotations"] = {SPEC_HASH_ANNOTATION: digest}
-    return obj
 
 
 def desired_deployment(isvc: InferenceService) -> dict[str, Any]:
@@ -241,7 +230,7 @@ def desired_deployment(isvc: InferenceService) -> dict[str, Any]:
     }
     if isvc.spec.node_selector:
         pod_spec["nodeSelector"] = dict(isvc.spec.node_selector)
-    return _with_spec_hash(
+    return with_spec_hash(
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -264,7 +253,7 @@ def desired_deployment(isvc: InferenceService) -> dict[str, Any]:
 
 def desired_service(isvc: InferenceService) -> dict[str, Any]:
     """The ClusterIP Service in front of the server, as a server-side apply body."""
-    return _with_spec_hash(
+    return with_spec_hash(
         {
             "apiVersion": "v1",
             "kind": "Service",
@@ -283,46 +272,6 @@ def desired_service(isvc: InferenceService) -> dict[str, Any]:
             },
         }
     )
-
-
-#: Compared through the spec hash only (the API server rewrites quantities canonically).
-_HASH_ONLY_KEYS: Final = frozenset({"resources"})
-
-
-def covers(actual: Any, wanted: Any) -> bool:
-    """Whether ``actual`` holds every field of ``wanted`` with the same value.
-
-    Maps may have extra keys (server defaults); lists must match item by item. An absent value
-    and an empty one are the same (the API server omits empty fields).
-    """
-    if isinstance(wanted, Mapping):
-        if actual is None:
-            actual = {}
-        if not isinstance(actual, Mapping):
-            return False
-        return all(
-            key in _HASH_ONLY_KEYS or covers(actual.get(key), value)
-            for key, value in wanted.items()
-        )
-    if isinstance(wanted, list):
-        if actual is None:
-            actual = []
-        if not isinstance(actual, list) or len(actual) != len(wanted):
-            return False
-        return all(covers(a, w) for a, w in zip(actual, wanted, strict=True))
-    return bool(actual == wanted)
-
-
-def needs_apply(cached: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> bool:
-    """Whether ``wanted`` must be applied: absent from the cache, or the cache differs from it."""
-    if cached is None:
-        return True
-    return not covers({k: v for k, v in cached.items() if k != "status"}, wanted)
-
-
-def is_controlled_by(obj: Mapping[str, Any], uid: str | None) -> bool:
-    refs = obj.get("metadata", {}).get("ownerReferences") or ()
-    return any(ref.get("controller") and ref.get("uid") == uid for ref in refs)
 
 
 # -- what is observed ----------------------------------------------------------------------------

@@ -55,7 +55,13 @@ MODEL_ROUTER_RULES = (
     PolicyRule(("apps",), ("deployments",), (*READ, *WRITE)),
     PolicyRule(("",), ("services", "serviceaccounts"), (*READ, *WRITE)),
     PolicyRule(("rbac.authorization.k8s.io",), ("roles", "rolebindings"), (*READ, *WRITE)),
+    # Backends are read (never written) for the BackendsReady condition.
+    PolicyRule((GROUP,), ("inferenceservices", "modelpools"), READ),
+    # The operator may grant only what it holds: everything the Role it writes for a router's
+    # proxy grants (ROUTER_PROXY_RULES: the activation rules, modelrouters, endpointslices).
     *ACTIVATION_ROLE_RULES,
+    PolicyRule((GROUP,), ("modelrouters",), READ),
+    PolicyRule(("discovery.k8s.io",), ("endpointslices",), READ),
 )
 
 #: Events, for every controller.
@@ -75,8 +81,13 @@ LEADER_ELECTION_RULES = (
     *EVENT_RULES,
 )
 
-#: What a router-proxy replica needs in its own namespace: exactly the activation Role.
-ROUTER_PROXY_RULES = ACTIVATION_ROLE_RULES
+#: What a router-proxy replica needs in its own namespace: the activation Role, plus reading its
+#: ModelRouter and the members' EndpointSlices (where it sends requests).
+ROUTER_PROXY_RULES = (
+    *ACTIVATION_ROLE_RULES,
+    PolicyRule((GROUP,), ("modelrouters",), READ),
+    PolicyRule(("discovery.k8s.io",), ("endpointslices",), READ),
+)
 
 #: The operator's cluster-wide needs by the controller that has them, for messages that say who
 #: needs a missing permission. Together they are exactly :data:`OPERATOR_CLUSTER_RULES`.
@@ -89,4 +100,4 @@ OPERATOR_CLUSTER_RULES_BY_OWNER = {
 
 #: Roles the operator writes at run time, by what they are: each must be a subset of the
 #: operator's ClusterRole, or the API server refuses it as an escalation.
-RUNTIME_ROLE_RULES = {"per-router activation Role": ACTIVATION_ROLE_RULES}
+RUNTIME_ROLE_RULES = {"per-router activation Role": ROUTER_PROXY_RULES}

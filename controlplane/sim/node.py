@@ -2,8 +2,8 @@
 
 The local control plane has no kubelet, no scheduler and no deployment, ReplicaSet or endpoint
 controllers, so a member Deployment would never get a pod. This process plays all of them for the
-Deployments labelled ``app.kubernetes.io/managed-by=modelpool-operator`` (in every namespace, or
-one), with a simulator process (``controlplane sim``) as each pod's container. In kind or a real
+member Deployments (labelled ``app.kubernetes.io/managed-by=modelpool-operator`` and
+``inference.modelpool.dev/inferenceservice``; in every namespace, or one), with a simulator process (``controlplane sim``) as each pod's container. In kind or a real
 cluster it is not used: real kubelets run the simulator image (or llama.cpp) and the built-in
 controllers write everything below.
 
@@ -79,7 +79,11 @@ NODE_NAME: Final = "modelpool-sim-node"
 CONTROLLER_NAME: Final = "sim-node"
 FIELD_MANAGER: Final = "modelpool-sim-node"
 #: The Deployments (and their pods) this stand-in plays the node for.
-MANAGED_SELECTOR: Final = "app.kubernetes.io/managed-by=modelpool-operator"
+#: Member Deployments only: the operator also manages router-proxy Deployments, which are not
+#: model servers and get no simulator.
+MANAGED_SELECTOR: Final = (
+    "app.kubernetes.io/managed-by=modelpool-operator,inference.modelpool.dev/inferenceservice"
+)
 POD_TEMPLATE_HASH_LABEL: Final = "pod-template-hash"
 SERVICE_NAME_LABEL: Final = "kubernetes.io/service-name"
 SLICE_MANAGED_BY_LABEL: Final = "endpointslice.kubernetes.io/managed-by"

@@ -128,7 +128,12 @@ async def test_one_probe_then_the_other_reviews_are_in_flight_together() -> None
         return {**body, "status": {"allowed": True}}
 
     result = await check_permissions(
-        wanted, server, policy=DEFAULT_POLICY, clock=FakeClock(), uniform=no_jitter
+        wanted,
+        server,
+        policy=DEFAULT_POLICY,
+        clock=FakeClock(),
+        uniform=no_jitter,
+        max_in_flight=len(wanted),
     )
     assert peak == len(wanted) - 1
     assert calls == len(wanted)

@@ -1,0 +1,158 @@
+"""The OpenAI-compatible HTTP surface of the router-proxy (starlette).
+
+``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/embeddings`` are proxied: the body is
+validated (a JSON object; ``messages`` a list), its ``model`` resolved to a route, the activator
+asked for a ready upstream, and the upstream response streamed back as it comes (SSE included),
+the member's in-flight count held until the body is closed. ``GET /v1/models`` lists the models,
+``/healthz``, ``/readyz`` and ``/metrics`` serve probes and Prometheus. Each proxied request is a
+span whose W3C trace context is extracted from the request and injected into the upstream one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import httpx
+from opentelemetry import propagate, trace
+from prometheus_client import make_asgi_app
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from controlplane.router import metrics
+from controlplane.router.activator import Activator
+from controlplane.router.errors import ProxyError, ProxyNotReady, UpstreamError
+from controlplane.router.routing import Lookup, Object, resolve, routing_table, validate_body
+from controlplane.runtime.metrics import REGISTRY
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer("controlplane.router")
+
+#: Upstream timeouts: a cold member is the activator's business, so connecting is quick, but a
+#: long generation may pause between tokens.
+UPSTREAM_TIMEOUT = httpx.Timeout(connect=5.0, read=600.0, write=60.0, pool=10.0)
+PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+#: Request headers passed upstream (hop-by-hop and length headers are not).
+FORWARDED_REQUEST_HEADERS = ("content-type", "accept", "authorization", "user-agent")
+FORWARDED_RESPONSE_HEADERS = ("content-type", "content-encoding", "cache-control")
+
+
+@dataclass
+class ProxyContext:
+    """What the app reads: the router object, lookups in the caches, readiness."""
+
+    router: Callable[[], Object | None]
+    pools: Lookup
+    isvcs: Lookup
+    not_ready: Callable[[], list[str]]
+
+
+class _MetricsEndpoint:
+    """Prometheus' ASGI app as a class, so starlette passes the raw ASGI call through."""
+
+    def __init__(self) -> None:
+        self._app = make_asgi_app(registry=REGISTRY)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._app(scope, receive, send)
+
+
+def _error(err: ProxyError, model: str) -> Response:
+    metrics.PROXY_REQUESTS.labels(model, str(err.status)).inc()
+    return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
+
+
+def build_app(context: ProxyContext, activator: Activator, http: httpx.AsyncClient) -> Starlette:
+    async def proxy(request: Request) -> Response:
+        model = ""
+        try:
+            if reasons := context.not_ready():
+                raise ProxyNotReady("the proxy is not ready: " + "; ".join(reasons))
+            body = validate_body(await request.body())
+            router = context.router()
+            if router is None:
+                raise ProxyNotReady("the ModelRouter is not found")
+            requested = body.get("model")
+            route = resolve(requested, router, context.pools, context.isvcs)
+            model = route.model
+            parent = propagate.extract(dict(request.headers))
+            with tracer.start_as_current_span(
+                "proxy_request",
+                context=parent,
+                kind=trace.SpanKind.SERVER,
+                attributes={"model": model, "member": route.member, "pool": route.pool or ""},
+            ) as span:
+                started = time.monotonic()
+                url = await activator.upstream(route)
+                span.set_attribute("upstream", url)
+                span.set_attribute("wait_seconds", time.monotonic() - started)
+                headers = {
+                    k: v for k, v in request.headers.items() if k in FORWARDED_REQUEST_HEADERS
+                }
+                propagate.inject(headers)
+                release = activator.inflight.track(route.member)
+                try:
+                    upstream = await http.send(
+                        http.build_request(
+                            "POST",
+                            url + request.url.path,
+                            content=await request.body(),
+                            headers=headers,
+                        ),
+                        stream=True,
+                    )
+                except httpx.HTTPError as err:
+                    release()
+                    raise UpstreamError(f"{route.member} at {url}: {err}") from err
+                span.set_attribute("http.status_code", upstream.status_code)
+        except ProxyError as err:
+            return _error(err, model or "-")
+
+        async def close() -> None:
+            await upstream.aclose()
+            release()
+
+        async def passthrough() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in upstream.aiter_raw():
+                    yield chunk
+            finally:
+                await close()
+
+        metrics.PROXY_REQUESTS.labels(model, str(upstream.status_code)).inc()
+        return StreamingResponse(
+            passthrough(),
+            status_code=upstream.status_code,
+            headers={k: v for k, v in upstream.headers.items() if k in FORWARDED_RESPONSE_HEADERS},
+            background=BackgroundTask(close),
+        )
+
+    async def models(_: Request) -> Response:
+        router = context.router()
+        table = routing_table(router, context.pools, context.isvcs) if router else {}
+        data = [{"id": name, "object": "model", "owned_by": "modelpool"} for name in sorted(table)]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def healthz(_: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    async def readyz(_: Request) -> Response:
+        reasons = context.not_ready()
+        if reasons:
+            return JSONResponse({"ready": False, "reasons": reasons}, status_code=503)
+        return PlainTextResponse("ok")
+
+    routes = [Route(path, proxy, methods=["POST"]) for path in PROXIED_PATHS]
+    routes += [
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", _MetricsEndpoint(), methods=["GET"]),
+    ]
+    return Starlette(routes=routes)

@@ -1,0 +1,59 @@
+"""``controlplane router-proxy``: flags, and exit codes (77 when the RBAC preflight is DENIED)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import anyio
+
+from controlplane.preflight import EXIT_DENIED, PreflightDenied
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    try:
+        return (host or "0.0.0.0", int(port))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected host:port, got {text!r}") from err
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--router", required=True, help="the ModelRouter this proxy serves")
+    parser.add_argument(
+        "--namespace",
+        default=os.environ.get("POD_NAMESPACE", "default"),
+        help="the router's namespace ($POD_NAMESPACE)",
+    )
+    parser.add_argument("--kubeconfig", type=Path, default=None)
+    parser.add_argument("--identity", default="", help="Lease holder identity ($POD_NAME)")
+    parser.add_argument(
+        "--bind-address", type=_address, default=("0.0.0.0", 8000), help="host:port to serve on"
+    )
+    parser.add_argument("--preflight-cache-dir", type=Path, default=None)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the OpenAI-compatible router-proxy with its pool activator."""
+    from controlplane.router.process import RouterProxySettings, run_router_proxy
+
+    settings = RouterProxySettings(
+        router=args.router,
+        namespace=args.namespace,
+        kubeconfig=args.kubeconfig,
+        identity=args.identity,
+        bind_address=args.bind_address,
+        preflight_cache_dir=args.preflight_cache_dir,
+    )
+    code = 0
+    try:
+        anyio.run(run_router_proxy, settings)
+    except* PreflightDenied as denied:
+        error: BaseException = denied
+        while isinstance(error, BaseExceptionGroup):
+            error = error.exceptions[0]
+        print(f"error: {error}", file=sys.stderr)
+        code = EXIT_DENIED
+    return code

@@ -1,0 +1,140 @@
+"""Which backend, and which member of it, a request's ``model`` names.
+
+For an ``inferenceServiceRef`` backend the backend's name is the model. For a ``poolRef`` backend
+every member's InferenceService ``spec.model.name`` is a model the pool serves, so a client asks
+for ``qwen-2-7b`` and the proxy knows it is member ``qwen-2-7b`` of pool ``gpu-0``. No ``model``
+means the router's ``defaultBackend`` (for a pool: its resident member, else its default).
+
+Pure functions over plain dicts read from the caches: the table is rebuilt per request, so it is
+never stale relative to the caches it was read from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from controlplane.router.errors import InvalidRequest, ModelNotFound
+
+Object = Mapping[str, Any]
+#: Looks an object up by name in the router's namespace; None when absent.
+Lookup = Callable[[str], Object | None]
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a model is served: an InferenceService, alone (``pool`` None) or a pool member."""
+
+    model: str
+    member: str
+    pool: str | None = None
+
+
+def _backends(router: Object) -> list[Object]:
+    return list((router.get("spec") or {}).get("backends") or [])
+
+
+def _pool_members(pool: Object) -> list[str]:
+    members = (pool.get("spec") or {}).get("members") or []
+    return [str((m.get("inferenceServiceRef") or {}).get("name")) for m in members]
+
+
+def model_name(isvc: Object | None, fallback: str) -> str:
+    """The model an InferenceService serves (``spec.model.name``), else its own name."""
+    if isvc is None:
+        return fallback
+    return str(((isvc.get("spec") or {}).get("model") or {}).get("name") or fallback)
+
+
+def routing_table(router: Object, pools: Lookup, isvcs: Lookup) -> dict[str, Route]:
+    """Every model the router serves, mapped to its route (first backend wins on a clash)."""
+    table: dict[str, Route] = {}
+    for backend in _backends(router):
+        name = str(backend.get("name") or "")
+        if ref := backend.get("inferenceServiceRef"):
+            table.setdefault(name, Route(name, str(ref.get("name"))))
+        elif ref := backend.get("poolRef"):
+            pool_name = str(ref.get("name"))
+            pool = pools(pool_name)
+            if pool is None:
+                continue
+            for member in _pool_members(pool):
+                model = model_name(isvcs(member), member)
+                table.setdefault(model, Route(model, member, pool_name))
+    return table
+
+
+def resolve(model: str | None, router: Object, pools: Lookup, isvcs: Lookup) -> Route:
+    """The route for ``model``; raises :class:`ModelNotFound` or :class:`InvalidRequest`."""
+    if model is None:
+        return _default_route(router, pools, isvcs)
+    route = routing_table(router, pools, isvcs).get(model)
+    if route is None:
+        raise ModelNotFound(f"The model `{model}` does not exist")
+    return route
+
+
+def _default_route(router: Object, pools: Lookup, isvcs: Lookup) -> Route:
+    default = (router.get("spec") or {}).get("defaultBackend")
+    backend = next((b for b in _backends(router) if b.get("name") == default), None)
+    if not default or backend is None:
+        raise InvalidRequest("you must provide a model parameter")
+    if ref := backend.get("inferenceServiceRef"):
+        return Route(str(default), str(ref.get("name")))
+    pool_name = str((backend.get("poolRef") or {}).get("name"))
+    pool = pools(pool_name)
+    if pool is None:
+        raise ModelNotFound(f"The default backend `{default}` has no pool `{pool_name}`")
+    member = (pool.get("status") or {}).get("residentMember") or (pool.get("spec") or {}).get(
+        "default"
+    )
+    members = _pool_members(pool)
+    member = member if member in members else (members[0] if members else None)
+    if member is None:
+        raise ModelNotFound(f"The default backend `{default}` has no members")
+    return Route(model_name(isvcs(member), member), member, pool_name)
+
+
+def parse_duration(text: str | None, default: float) -> float:
+    """A Go-style duration (``300s``, ``5m``, ``1h30m``, ``1.5s``, ``500ms``) in seconds."""
+    if not text:
+        return default
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    total, number, i = 0.0, "", 0
+    while i < len(text):
+        ch = text[i]
+        if ch.isdigit() or ch == ".":
+            number += ch
+            i += 1
+            continue
+        unit = "ms" if text.startswith("ms", i) else ch
+        if unit not in units or not number:
+            return default
+        try:
+            total += float(number) * units[unit]
+        except ValueError:
+            return default
+        number = ""
+        i += len(unit)
+    if number or total <= 0:
+        return default
+    return total
+
+
+def validate_body(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object; raises :class:`InvalidRequest` for a malformed one."""
+    try:
+        body = msgspec.json.decode(raw) if raw else {}
+    except msgspec.DecodeError as err:
+        raise InvalidRequest(f"We could not parse the JSON body of your request: {err}") from err
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object")
+    if "messages" in body and not isinstance(body["messages"], list):
+        raise InvalidRequest("`messages` must be a list")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise InvalidRequest("`model` must be a string")
+    return body

@@ -1,0 +1,286 @@
+"""The router-proxy process against a real API server, the operator and the node stand-in.
+
+The operator runs under its ServiceAccount (pool controller), the node stand-in plays the kubelet
+(simulators behind EndpointSlices), and one or two ``controlplane router-proxy`` processes run
+under a ServiceAccount bound by the test to a Role made of ``ROUTER_PROXY_RULES`` only. The pool
+has members a (model ``model-a``, resident) and b (``model-b``); the ModelRouter has one
+``poolRef`` backend. Everything listens on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
+from controlplane.api.v1alpha1.activation import pool_lease_name
+from controlplane.controllers.rbac import ROUTER_PROXY_RULES
+from controlplane.dev import kubeconfig_for_token
+from controlplane.envtest.process import free_port
+from controlplane.runtime.client import KubeClient
+from controlplane.runtime.errors import NotFound
+from controlplane.runtime.resources import LEASES, ROLE_BINDINGS, ROLES, SERVICE_ACCOUNTS
+from tests.e2e.clusters import TestCluster
+from tests.e2e.kubectl import REPO, install
+from tests.e2e.operator_process import (
+    LocalProcess,
+    OperatorProcess,
+    metric_sum,
+    service_account_token,
+    start_node,
+    start_operator,
+    stopped_at_exit,
+)
+from tests.e2e.waiting import eventually
+
+ISVC = InferenceService.resource()
+POOL = ModelPool.resource()
+ROUTER = ModelRouter.resource()
+TIMEOUT = 60.0
+PROXY_ACCOUNT = "e2e-router-proxy"
+Object = dict[str, Any]
+
+
+class RouterProxyProcess(LocalProcess):
+    """``controlplane router-proxy`` on a free loopback port."""
+
+    def __init__(self, kubeconfig: Path, workdir: Path, namespace: str, identity: str) -> None:
+        self.port = free_port()
+        args = [
+            "router-proxy", "--router", "router", "--namespace", namespace,
+            "--kubeconfig", str(kubeconfig), "--identity", identity,
+            "--bind-address", f"127.0.0.1:{self.port}",
+            "--preflight-cache-dir", str(workdir / f"preflight-{identity}"),
+        ]  # fmt: skip
+        super().__init__(args, workdir / f"{identity}.log", cwd=REPO, name=identity)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@pytest.fixture(scope="module")
+async def operator(
+    cluster: TestCluster, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[OperatorProcess]:
+    await install(cluster)
+    workdir = tmp_path_factory.mktemp("router-operator")
+    with stopped_at_exit() as started:
+        async with KubeClient(cluster.admin_config()) as admin:
+            found = await start_operator(
+                cluster, admin, workdir, f"router-e2e-{secrets.token_hex(3)}", "router-op", started
+            )
+        yield found
+
+
+@pytest.fixture
+def started() -> Iterator[list[LocalProcess]]:
+    with stopped_at_exit() as processes:
+        yield processes
+
+
+def isvc_body(name: str, replicas: int) -> Object:
+    return {
+        "apiVersion": "inference.modelpool.dev/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": f"model-{name}", "source": f"/models/{name}.gguf"},
+            "args": ["--parallel", "2"],
+            "replicas": replicas,
+        },
+    }
+
+
+async def setup_pool(admin: KubeClient, namespace: str, budget: str) -> None:
+    """Members a (resident) and b, pool ``gpu-0`` and router ``router``, settled."""
+    for name, replicas in (("a", 1), ("b", 0)):
+        await admin.create(ISVC, isvc_body(name, replicas), namespace)
+    pool = {
+        "apiVersion": "inference.modelpool.dev/v1alpha1",
+        "kind": "ModelPool",
+        "metadata": {"name": "gpu-0"},
+        "spec": {
+            "members": [{"inferenceServiceRef": {"name": m}} for m in ("a", "b")],
+            "default": "a",
+            "swapBudget": budget,
+        },
+    }
+    await admin.create(POOL, pool, namespace)
+    router = {
+        "apiVersion": "inference.modelpool.dev/v1alpha1",
+        "kind": "ModelRouter",
+        "metadata": {"name": "router"},
+        "spec": {"backends": [{"name": "gpu", "poolRef": {"name": "gpu-0"}}]},
+    }
+    await admin.create(ROUTER, router, namespace)
+
+    async def resident_a() -> bool:
+        status = (await admin.get(POOL, "gpu-0", namespace)).get("status") or {}
+        return status.get("residentMember") == "a" and status.get("phase") == "Ready"
+
+    await eventually(resident_a, timeout=TIMEOUT, what="a resident and Ready")
+
+
+async def start_proxies(
+    cluster: TestCluster,
+    admin: KubeClient,
+    namespace: str,
+    workdir: Path,
+    started: list[LocalProcess],
+    count: int,
+) -> list[RouterProxyProcess]:
+    """``count`` proxies under a ServiceAccount bound to a Role of ROUTER_PROXY_RULES only."""
+    await admin.create(SERVICE_ACCOUNTS, {"metadata": {"name": PROXY_ACCOUNT}}, namespace)
+    await admin.create(
+        ROLES,
+        {
+            "metadata": {"name": PROXY_ACCOUNT},
+            "rules": [rule.to_manifest() for rule in ROUTER_PROXY_RULES],
+        },
+        namespace,
+    )
+    await admin.create(
+        ROLE_BINDINGS,
+        {
+            "metadata": {"name": PROXY_ACCOUNT},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": PROXY_ACCOUNT,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": PROXY_ACCOUNT, "namespace": namespace}],
+        },
+        namespace,
+    )
+    token = await service_account_token(admin, namespace, PROXY_ACCOUNT)
+    kubeconfig = kubeconfig_for_token(cluster.admin_kubeconfig, token, workdir / "proxy.kubeconfig")
+    proxies = [
+        RouterProxyProcess(kubeconfig, workdir, namespace, f"proxy-{i}") for i in range(count)
+    ]
+    started.extend(proxies)
+    async with httpx.AsyncClient(timeout=5) as http:
+        for proxy in proxies:
+
+            async def ready(proxy: RouterProxyProcess = proxy) -> bool:
+                assert proxy.running(), f"{proxy.name} exited:\n{proxy.output()[-2000:]}"
+                try:
+                    return (await http.get(f"{proxy.url}/readyz")).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            await eventually(ready, timeout=TIMEOUT, interval=0.2, what=f"{proxy.name} ready")
+    return proxies
+
+
+def chat(model: str, **extra: Any) -> Object:
+    return {"model": model, "messages": [{"role": "user", "content": "hello"}], **extra}
+
+
+async def lease_holder(admin: KubeClient, namespace: str) -> str | None:
+    try:
+        lease = await admin.get(LEASES, pool_lease_name("gpu-0"), namespace)
+    except NotFound:
+        return None
+    return str((lease.get("spec") or {}).get("holderIdentity") or "")
+
+
+async def test_fast_path_swap_coalescing_streaming_and_errors(
+    cluster: TestCluster,
+    admin: KubeClient,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+) -> None:
+    start_node(
+        cluster, tmp_path, started, namespace=namespace, load_seconds=1.5, token_seconds=0.05
+    )
+    await setup_pool(admin, namespace, "60s")
+    one, two = await start_proxies(cluster, admin, namespace, tmp_path, started, 2)
+    async with httpx.AsyncClient(timeout=90) as http:
+        # The resident member: the fast path, no Lease written.
+        answer = await http.post(f"{one.url}/v1/chat/completions", json=chat("model-a"))
+        assert answer.status_code == 200, answer.text
+        assert await lease_holder(admin, namespace) is None
+
+        # Malformed and unknown: OpenAI-style errors.
+        bad = await http.post(f"{one.url}/v1/chat/completions", content=b"{not json")
+        assert bad.status_code == 400
+        assert bad.json()["error"]["type"] == "invalid_request_error"
+        unknown = await http.post(f"{one.url}/v1/chat/completions", json=chat("gpt-9"))
+        assert unknown.status_code == 404
+        assert set(unknown.json()["error"]) == {"message", "type", "code"}
+
+        # b on both replicas at once: held, one swap, every request answered by b.
+        answers: list[httpx.Response] = []
+
+        async def ask(proxy: RouterProxyProcess) -> None:
+            answers.append(
+                await http.post(f"{proxy.url}/v1/chat/completions", json=chat("model-b"))
+            )
+
+        async with anyio.create_task_group() as group:
+            for proxy in (one, two, one, two):
+                group.start_soon(ask, proxy)
+        assert [a.status_code for a in answers] == [200] * 4, [a.text for a in answers]
+        pool = await admin.get(POOL, "gpu-0", namespace)
+        assert pool["status"]["residentMember"] == "b"
+
+        async def released() -> bool:
+            return await lease_holder(admin, namespace) == ""
+
+        await eventually(released, timeout=TIMEOUT, what="the Lease released after the swap")
+        counts = [
+            await metric_sum(f"{p.url}/metrics", "modelpool_swaps_total", pool="gpu-0", to="b")
+            for p in (one, two)
+        ]
+        assert sorted(counts) == [0.0, 1.0], counts
+
+        # A streamed completion passes through chunk by chunk (b is now resident: fast path).
+        arrivals: list[float] = []
+        async with http.stream(
+            "POST",
+            f"{two.url}/v1/chat/completions",
+            json=chat("model-b", stream=True, max_tokens=12),
+        ) as stream:
+            assert stream.status_code == 200
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            async for line in stream.aiter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    arrivals.append(time.monotonic())
+        assert len(arrivals) >= 3
+        assert arrivals[-1] - arrivals[0] > 0.1  # tokens came over time, not in one buffer
+
+
+async def test_budget_elapsed_is_503_and_the_holder_scales_the_target_down(
+    cluster: TestCluster,
+    admin: KubeClient,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+) -> None:
+    start_node(cluster, tmp_path, started, namespace=namespace, load_seconds=6, token_seconds=0.05)
+    await setup_pool(admin, namespace, "2s")
+    (proxy,) = await start_proxies(cluster, admin, namespace, tmp_path, started, 1)
+    async with httpx.AsyncClient(timeout=30) as http:
+        answer = await http.post(f"{proxy.url}/v1/chat/completions", json=chat("model-b"))
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["Retry-After"]
+    assert answer.json()["error"]["code"] == "pool_activation_timeout"
+
+    async def withdrawn() -> bool:
+        isvc = await admin.get(ISVC, "b", namespace)
+        return isvc["spec"].get("replicas") == 0 and await lease_holder(admin, namespace) == ""
+
+    await eventually(withdrawn, timeout=TIMEOUT, what="b scaled down and the Lease released")
+    assert "scaling it down" in proxy.output()
+    assert await metric_sum(f"{proxy.url}/metrics", "modelpool_swaps_total") == 0.0

@@ -1,0 +1,175 @@
+"""What the ModelRouter controller wants: its five children, built from a spec."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from controlplane.api.v1alpha1 import ModelRouter
+from controlplane.api.v1alpha1.modelrouter import DEFAULT_PROXY_IMAGE
+from controlplane.controllers.children import MANAGED_BY_LABEL, SPEC_HASH_ANNOTATION, needs_apply
+from controlplane.controllers.modelrouter import (
+    PROXY_PORT,
+    ROUTER_LABEL,
+    activation_rules,
+    desired_deployment,
+    desired_role,
+    desired_role_binding,
+    desired_service,
+    desired_service_account,
+    endpoint,
+)
+from controlplane.controllers.rbac import (
+    MODEL_ROUTER_RULES,
+    OPERATOR_CLUSTER_RULES,
+    ROUTER_PROXY_RULES,
+)
+from controlplane.runtime.rbac import PolicyRule, compact, uncovered
+
+OWNER = {
+    "apiVersion": "inference.modelpool.dev/v1alpha1",
+    "kind": "ModelRouter",
+    "name": "chat",
+    "uid": "u-1",
+    "controller": True,
+    "blockOwnerDeletion": True,
+}
+
+
+def router(**proxy: Any) -> ModelRouter:
+    return ModelRouter.from_dict(
+        {
+            "apiVersion": "inference.modelpool.dev/v1alpha1",
+            "kind": "ModelRouter",
+            "metadata": {"name": "chat", "namespace": "ml", "uid": "u-1", "generation": 2},
+            "spec": {
+                "backends": [{"name": "gpu-0", "poolRef": {"name": "gpu-0"}}],
+                "defaultBackend": "gpu-0",
+                "proxy": proxy,
+            },
+        }
+    )
+
+
+def all_children(r: ModelRouter) -> list[dict[str, Any]]:
+    return [
+        desired_service_account(r),
+        desired_role(r),
+        desired_role_binding(r),
+        desired_deployment(r),
+        desired_service(r),
+    ]
+
+
+def test_every_child_is_owned_labelled_and_named() -> None:
+    names = [(c["kind"], c["metadata"]["name"]) for c in all_children(router())]
+    assert names == [
+        ("ServiceAccount", "chat-proxy"),
+        ("Role", "chat-activation"),
+        ("RoleBinding", "chat-activation"),
+        ("Deployment", "chat-proxy"),
+        ("Service", "chat"),
+    ]
+    for child in all_children(router()):
+        meta = child["metadata"]
+        assert meta["namespace"] == "ml"
+        assert meta["ownerReferences"] == [OWNER]
+        assert meta["labels"][MANAGED_BY_LABEL] == "modelpool-operator"
+        assert meta["labels"][ROUTER_LABEL] == "chat"
+        assert SPEC_HASH_ANNOTATION in meta["annotations"]
+
+
+def test_role_rules_are_the_router_proxy_rules() -> None:
+    rules = desired_role(router())["rules"]
+    assert rules == activation_rules()
+    as_rules = [PolicyRule.from_manifest(rule) for rule in rules]
+    # Exactly the same permissions, both ways.
+    assert uncovered(as_rules, ROUTER_PROXY_RULES) == []
+    assert uncovered(ROUTER_PROXY_RULES, as_rules) == []
+    assert rules == [rule.to_manifest() for rule in compact(ROUTER_PROXY_RULES)]
+
+
+def test_the_operator_holds_every_rule_it_grants_the_proxy() -> None:
+    # Else the API server refuses the Role as an escalation (ActivationRBAC).
+    assert uncovered(MODEL_ROUTER_RULES, ROUTER_PROXY_RULES) == []
+    assert uncovered(OPERATOR_CLUSTER_RULES, ROUTER_PROXY_RULES) == []
+
+
+def test_role_binding_binds_the_role_to_the_proxy_account() -> None:
+    binding = desired_role_binding(router())
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "chat-activation",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "chat-proxy", "namespace": "ml"}
+    ]
+
+
+def test_deployment_honours_replicas_and_runs_the_proxy() -> None:
+    deployment = desired_deployment(router(replicas=3))
+    spec = deployment["spec"]
+    assert spec["replicas"] == 3
+    assert spec["selector"] == {"matchLabels": {ROUTER_LABEL: "chat"}}
+    pod = spec["template"]["spec"]
+    assert spec["template"]["metadata"]["labels"][ROUTER_LABEL] == "chat"
+    assert pod["serviceAccountName"] == "chat-proxy"
+    (container,) = pod["containers"]
+    assert container["image"] == DEFAULT_PROXY_IMAGE
+    assert container["args"] == ["router-proxy", "--router", "chat", "--namespace", "ml"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["XDG_CACHE_HOME"]["value"] == "/tmp/cache"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": PROXY_PORT}
+    assert PROXY_PORT == 8000
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["runAsNonRoot"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    assert pod["volumes"][0]["emptyDir"]
+    assert desired_deployment(router())["spec"]["replicas"] == 1
+
+
+def test_deployment_image_and_resources_from_the_spec() -> None:
+    deployment = desired_deployment(
+        router(image="example.test/proxy:1", resources={"limits": {"cpu": 1, "memory": "1Gi"}})
+    )
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "example.test/proxy:1"
+    assert container["resources"] == {"limits": {"cpu": "1", "memory": "1Gi"}}
+    (default,) = desired_deployment(router())["spec"]["template"]["spec"]["containers"]
+    assert default["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
+
+
+def test_service_is_port_80_to_http_and_endpoint_has_no_port() -> None:
+    service = desired_service(router())
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["selector"] == {ROUTER_LABEL: "chat"}
+    assert service["spec"]["ports"] == [
+        {"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}
+    ]
+    assert endpoint(router()) == "http://chat.ml.svc"
+
+
+def test_needs_apply_only_when_something_differs() -> None:
+    wanted = desired_deployment(router(replicas=2))
+    cached = copy.deepcopy(wanted)
+    cached["metadata"]["resourceVersion"] = "7"
+    cached["spec"]["strategy"] = {"type": "RollingUpdate"}  # a server default
+    cached["status"] = {"replicas": 2}
+    assert not needs_apply(cached, wanted)
+    assert needs_apply(cached, desired_deployment(router(replicas=3)))
+    assert needs_apply(None, wanted)
+    role = desired_role(router())
+    assert not needs_apply(copy.deepcopy(role), role)
+    edited = copy.deepcopy(role)
+    edited["rules"] = edited["rules"][:-1]
+    assert needs_apply(edited, role)
