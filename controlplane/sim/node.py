@@ -1,10 +1,11 @@
 """The node stand-in: plays kubelet, ReplicaSet and endpoint controllers for member Deployments.
 
 The local control plane has no kubelet, no scheduler and no deployment, ReplicaSet or endpoint
-controllers, so a member Deployment would never get a pod. This process plays all of them for the
+controllers, so a member Deployment would never get a pod. This process plays all of them for
 member Deployments (labelled ``app.kubernetes.io/managed-by=modelpool-operator`` and
-``inference.modelpool.dev/inferenceservice``; in every namespace, or one), with a simulator process (``controlplane sim``) as each pod's container. In kind or a real
-cluster it is not used: real kubelets run the simulator image (or llama.cpp) and the built-in
+``inference.modelpool.dev/inferenceservice``; in every namespace, or one), with a simulator
+process (``controlplane sim``) as each pod's container. In kind or a real cluster it is not
+used: real kubelets run the simulator image (or llama.cpp) and the built-in
 controllers write everything below.
 
 Per Deployment (one reconcile per Deployment key, level-triggered from Deployment, Pod, Service
