@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -170,6 +170,33 @@ class NodeStandInProcess(LocalProcess):
         super().__init__(args, workdir / "sim-node.log", cwd=cwd, name="sim-node")
 
 
+class RouterProxyProcess(LocalProcess):
+    """``controlplane router-proxy`` for ModelRouter ``router``, on a free loopback port."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        workdir: Path,
+        namespace: str,
+        identity: str,
+        *,
+        router: str = "router",
+        cwd: Path | None = None,
+    ) -> None:
+        self.port = free_port()
+        args = [
+            "router-proxy", "--router", router, "--namespace", namespace,
+            "--kubeconfig", str(kubeconfig), "--identity", identity,
+            "--bind-address", f"127.0.0.1:{self.port}",
+            "--preflight-cache-dir", str(workdir / f"preflight-{identity}"),
+        ]  # fmt: skip
+        super().__init__(args, workdir / f"{identity}.log", cwd=cwd, name=identity)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
 # -- the demo ------------------------------------------------------------------------------------
 
 #: The repository's manifests (the package is installed editable from the repository).
@@ -179,10 +206,9 @@ DEMO_READY_TIMEOUT: Final = 120.0
 #: The served-and-running sample and the one kept at zero replicas.
 DEMO_ACTIVE: Final = "inferenceservice_llama.yaml"
 DEMO_PARKED: Final = "inferenceservice_qwen.yaml"
-#: The sample pool of those two members, and who plays the activator in the demo.
+#: The sample pool of those two members, and the sample router in front of it.
 DEMO_POOL: Final = "modelpool.yaml"
-DEMO_ACTIVATOR: Final = "demo-activator"
-DEMO_LEASE_SECONDS: Final = 30
+DEMO_ROUTER: Final = "modelrouter.yaml"
 #: What the node stand-in logs once it is running (``controlplane.sim.node.run_node``).
 NODE_STARTED: Final = "playing the node for"
 
@@ -225,7 +251,7 @@ def demo_inference_services(admin_kubeconfig: Path, kubectl: Kubectl, workdir: P
         model = str(active["spec"]["model"]["name"])
         url, answer = anyio.run(_ask, admin_kubeconfig, name, model)
         print(f"POST {url}/v1/chat/completions (model {model}):\n  {answer}", flush=True)
-        demo_model_pool(admin_kubeconfig, kubectl)
+        demo_model_pool(admin_kubeconfig, kubectl, workdir)
     except BaseException:
         for process in (node, operator):
             print(f"--- {process.name} log (last lines)\n{process.output()[-4000:]}", flush=True)
@@ -236,26 +262,30 @@ def demo_inference_services(admin_kubeconfig: Path, kubectl: Kubectl, workdir: P
             print(f"{process.name} stopped (exit code {code})", flush=True)
 
 
-def demo_model_pool(admin_kubeconfig: Path, kubectl: Kubectl) -> None:
-    """Apply the sample pool, show its resident, then play the activator for one swap."""
+def demo_model_pool(admin_kubeconfig: Path, kubectl: Kubectl, workdir: Path) -> None:
+    """Apply the sample pool and router, run one router-proxy replica as the router's own
+    ServiceAccount, and ask it for the parked model: the proxy holds the request, takes the
+    pool's Lease, the pool controller drains the resident and brings the target up, and the
+    held request is answered."""
     pool = yaml.safe_load((MANIFESTS / "samples" / DEMO_POOL).read_text())
-    name = str(pool["metadata"]["name"])
+    router = yaml.safe_load((MANIFESTS / "samples" / DEMO_ROUTER).read_text())
+    name, router_name = str(pool["metadata"]["name"]), str(router["metadata"]["name"])
     kubectl("apply", "-n", DEMO_NAMESPACE, "-f", str(MANIFESTS / "samples" / DEMO_POOL))
     wait = ("wait", "-n", DEMO_NAMESPACE, f"--timeout={DEMO_READY_TIMEOUT:.0f}s")
     kubectl(*wait, "--for=jsonpath={.status.phase}=Ready", f"mpool/{name}")
+    kubectl("apply", "-n", DEMO_NAMESPACE, "-f", str(MANIFESTS / "samples" / DEMO_ROUTER))
+    kubectl(*wait, "--for=create", f"rolebinding/{router_name}-activation")
+    kubectl("get", "-n", DEMO_NAMESPACE, "mpool,isvc,mr,serviceaccount,role,rolebinding")
+    anyio.run(_swap_through_the_proxy, admin_kubeconfig, kubectl, workdir, pool, router_name)
     kubectl("get", "-n", DEMO_NAMESPACE, "mpool,isvc")
-    anyio.run(_play_activator, admin_kubeconfig, kubectl, pool)
-    kubectl("get", "-n", DEMO_NAMESPACE, "mpool")
 
 
-async def _play_activator(admin_kubeconfig: Path, kubectl: Kubectl, pool: dict[str, Any]) -> None:
-    """What the router-proxy will do: take the pool's Lease naming the other member, wait for the
-    swap, use the new resident, release the Lease. It never scales a member itself."""
+async def _swap_through_the_proxy(
+    admin_kubeconfig: Path, kubectl: Kubectl, workdir: Path, pool: dict[str, Any], router: str
+) -> None:
     from controlplane.api.v1alpha1 import InferenceService, ModelPool
-    from controlplane.api.v1alpha1.activation import TARGET_ANNOTATION, pool_lease_name
     from controlplane.runtime.config import ClientConfig
-    from controlplane.runtime.resources import LEASES, PODS
-    from controlplane.runtime.timeutil import micro_time
+    from controlplane.runtime.resources import PODS
 
     name = str(pool["metadata"]["name"])
     members = [m["inferenceServiceRef"]["name"] for m in pool["spec"]["members"]]
@@ -263,58 +293,79 @@ async def _play_activator(admin_kubeconfig: Path, kubectl: Kubectl, pool: dict[s
         status = (await admin.get(ModelPool.resource(), name, DEMO_NAMESPACE))["status"]
         resident = status["residentMember"]
         target = next(m for m in members if m != resident)
-        lease_name = pool_lease_name(name)
-        print(
-            f"activator {DEMO_ACTIVATOR}: takes Lease {lease_name} with target {target}", flush=True
-        )
-        now = micro_time()
-        lease = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": lease_name, "annotations": {TARGET_ANNOTATION: target}},
-            "spec": {"holderIdentity": DEMO_ACTIVATOR, "leaseDurationSeconds": DEMO_LEASE_SECONDS,
-                     "acquireTime": now, "renewTime": now},
-        }  # fmt: skip
-        await admin.create(LEASES, lease, DEMO_NAMESPACE)
-
-        async def pool_status() -> dict[str, Any]:
-            found = await admin.get(ModelPool.resource(), name, DEMO_NAMESPACE)
-            return dict(found.get("status") or {})
-
-        async def resident_pods() -> int:
-            label = f"inference.modelpool.dev/inferenceservice={resident}"
-            return len((await admin.list(PODS, DEMO_NAMESPACE, label_selector=label)).items)
-
-        def swapping(status: dict[str, Any], pods: int) -> bool:
-            return bool(status.get("pendingMember") == target)
-
-        def drained(status: dict[str, Any], pods: int) -> bool:
-            return pods == 0
-
-        def swapped(status: dict[str, Any], pods: int) -> bool:
-            return status.get("residentMember") == target and status.get("phase") == "Ready"
-
-        milestones = (
-            ("the pool is swapping", swapping),
-            (f"{resident} is drained: its pod is gone", drained),
-            (f"{target} is resident", swapped),
-        )
-        with anyio.fail_after(DEMO_READY_TIMEOUT):
-            for what, reached in milestones:
-                while True:  # polled: a demo shows states, a watch would only add lines
-                    if reached(await pool_status(), await resident_pods()):
-                        break
-                    await anyio.sleep(0.1)
-                print(f"-- {what}", flush=True)
-                kubectl("get", "-n", DEMO_NAMESPACE, "mpool,isvc,pods")
         isvc = await admin.get(InferenceService.resource(), target, DEMO_NAMESPACE)
-        model = isvc["spec"]["model"]["name"]
-        url, answer = await _ask(admin_kubeconfig, target, str(model))
-        print(f"POST {url}/v1/chat/completions (model {model}):\n  {answer}", flush=True)
-        found = await admin.get(LEASES, lease_name, DEMO_NAMESPACE)
-        found["spec"]["holderIdentity"] = None
-        await admin.update(LEASES, found)
-        print(f"activator {DEMO_ACTIVATOR}: released Lease {lease_name}", flush=True)
+        model = str(isvc["spec"]["model"]["name"])
+        # The ServiceAccount and activation Role the ModelRouter controller made for the proxy.
+        account = f"{router}-proxy"
+        token = await service_account_token(admin, DEMO_NAMESPACE, account)
+        kubeconfig = kubeconfig_for_token(admin_kubeconfig, token, workdir / "proxy.kubeconfig")
+        print(f"starting router-proxy for ModelRouter {router} as ServiceAccount {account}")
+        proxy = RouterProxyProcess(kubeconfig, workdir, DEMO_NAMESPACE, "proxy-0", router=router)
+        try:
+            await _wait_http_ok(proxy, f"{proxy.url}/readyz")
+
+            async def pool_status() -> dict[str, Any]:
+                found = await admin.get(ModelPool.resource(), name, DEMO_NAMESPACE)
+                return dict(found.get("status") or {})
+
+            async def resident_pods() -> int:
+                label = f"inference.modelpool.dev/inferenceservice={resident}"
+                return len((await admin.list(PODS, DEMO_NAMESPACE, label_selector=label)).items)
+
+            milestones: tuple[tuple[str, Callable[[dict[str, Any], int], bool]], ...] = (
+                ("the proxy holds the request; the pool is swapping",
+                 lambda s, pods: s.get("pendingMember") == target),
+                (f"{resident} is drained: its pod is gone", lambda s, pods: pods == 0),
+                (f"{target} is resident", lambda s, pods: s.get("residentMember") == target),
+            )  # fmt: skip
+
+            async def show_progress() -> None:
+                for what, reached in milestones:
+                    while True:  # polled: a demo shows states, a watch would only add lines
+                        if reached(await pool_status(), await resident_pods()):
+                            break
+                        await anyio.sleep(0.1)
+                    print(f"-- {what}", flush=True)
+                    await anyio.to_thread.run_sync(
+                        lambda: kubectl("get", "-n", DEMO_NAMESPACE, "mpool,isvc,pods")
+                    )
+
+            body = {
+                "model": model,
+                "messages": [{"role": "user", "content": "hello via the proxy"}],
+            }
+            print(f"POST {proxy.url}/v1/chat/completions (model {model}) ...", flush=True)
+            with anyio.fail_after(DEMO_READY_TIMEOUT):
+                async with (
+                    anyio.create_task_group() as group,
+                    httpx.AsyncClient(timeout=DEMO_READY_TIMEOUT) as http,
+                ):
+                    group.start_soon(show_progress)
+                    response = await http.post(f"{proxy.url}/v1/chat/completions", json=body)
+                    metrics = (await http.get(f"{proxy.url}/metrics")).text
+            response.raise_for_status()
+            answer = response.json()["choices"][0]["message"]["content"]
+            print(f"  answered by {response.json().get('model')}: {answer}", flush=True)
+            swaps = [line for line in metrics.splitlines() if line.startswith("modelpool_swaps")]
+            print("  " + "\n  ".join(swaps), flush=True)
+        except BaseException:
+            print(f"--- {proxy.name} log (last lines)\n{proxy.output()[-4000:]}", flush=True)
+            raise
+        finally:
+            print(f"{proxy.name} stopped (exit code {proxy.stop()})", flush=True)
+
+
+async def _wait_http_ok(process: LocalProcess, url: str, timeout: float = 60.0) -> None:
+    """Poll ``url`` (served by ``process``) until it answers 200; fail fast if it exits."""
+    with anyio.fail_after(timeout):
+        async with httpx.AsyncClient(timeout=2.0) as http:
+            while True:
+                if not process.running():
+                    raise RuntimeError(f"{process.name} exited:\n{process.output()[-3000:]}")
+                with contextlib.suppress(httpx.TransportError):
+                    if (await http.get(url)).status_code == 200:
+                        return
+                await anyio.sleep(0.2)
 
 
 async def _operator_kubeconfig(admin_kubeconfig: Path, workdir: Path) -> Path:

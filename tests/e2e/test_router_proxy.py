@@ -22,8 +22,7 @@ import pytest
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.api.v1alpha1.activation import pool_lease_name
 from controlplane.controllers.rbac import ROUTER_PROXY_RULES
-from controlplane.dev import kubeconfig_for_token
-from controlplane.envtest.process import free_port
+from controlplane.dev import RouterProxyProcess, kubeconfig_for_token
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import LEASES, ROLE_BINDINGS, ROLES, SERVICE_ACCOUNTS
@@ -46,24 +45,6 @@ ROUTER = ModelRouter.resource()
 TIMEOUT = 60.0
 PROXY_ACCOUNT = "e2e-router-proxy"
 Object = dict[str, Any]
-
-
-class RouterProxyProcess(LocalProcess):
-    """``controlplane router-proxy`` on a free loopback port."""
-
-    def __init__(self, kubeconfig: Path, workdir: Path, namespace: str, identity: str) -> None:
-        self.port = free_port()
-        args = [
-            "router-proxy", "--router", "router", "--namespace", namespace,
-            "--kubeconfig", str(kubeconfig), "--identity", identity,
-            "--bind-address", f"127.0.0.1:{self.port}",
-            "--preflight-cache-dir", str(workdir / f"preflight-{identity}"),
-        ]  # fmt: skip
-        super().__init__(args, workdir / f"{identity}.log", cwd=REPO, name=identity)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +144,8 @@ async def start_proxies(
     token = await service_account_token(admin, namespace, PROXY_ACCOUNT)
     kubeconfig = kubeconfig_for_token(cluster.admin_kubeconfig, token, workdir / "proxy.kubeconfig")
     proxies = [
-        RouterProxyProcess(kubeconfig, workdir, namespace, f"proxy-{i}") for i in range(count)
+        RouterProxyProcess(kubeconfig, workdir, namespace, f"proxy-{i}", cwd=REPO)
+        for i in range(count)
     ]
     started.extend(proxies)
     async with httpx.AsyncClient(timeout=5) as http:
