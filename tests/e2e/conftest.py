@@ -22,6 +22,8 @@ from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import NAMESPACES
 from tests.e2e.clusters import TestCluster, docker_unavailable_reason, in_ci, start_local
+from tests.e2e.kubectl import install
+from tests.e2e.operator_process import OperatorProcess, start_operator, stopped_at_exit
 
 _session_cluster: TestCluster | None = None
 
@@ -93,6 +95,23 @@ async def namespace(admin: KubeClient, request: pytest.FixtureRequest) -> AsyncI
     with anyio.CancelScope(shield=True):
         with contextlib.suppress(NotFound):
             await admin.delete(NAMESPACES, name)
+
+
+@pytest.fixture(scope="module")
+async def operator(
+    cluster: TestCluster, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> AsyncIterator[OperatorProcess]:
+    """One operator process per test module, under its own ServiceAccount (it watches every
+    namespace); the install it needs (CRDs, RBAC) is applied first."""
+    stem = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_").replace("_", "-")
+    await install(cluster)
+    workdir = tmp_path_factory.mktemp(f"{stem}-operator")
+    with stopped_at_exit() as started:
+        async with KubeClient(cluster.admin_config()) as admin:
+            found = await start_operator(
+                cluster, admin, workdir, f"{stem}-e2e-{secrets.token_hex(3)}", f"{stem}-op", started
+            )
+        yield found
 
 
 @pytest.hookimpl(wrapper=True)

@@ -9,7 +9,7 @@ collector makes ownerReferences cascade. Nothing is asserted on timing except ge
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +29,12 @@ from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, PODS, SERVICES
 from tests.e2e.clusters import TestCluster
-from tests.e2e.kubectl import install
 from tests.e2e.operator_process import (
     LocalProcess,
     NodeStandInProcess,
     OperatorProcess,
     metric_sum,
     start_node,
-    start_operator,
     stopped_at_exit,
 )
 from tests.e2e.waiting import eventually
@@ -44,21 +42,6 @@ from tests.e2e.waiting import eventually
 ISVC = InferenceService.resource()
 READY_TIMEOUT = 60.0
 MODEL = "tiny-llama"
-
-
-@pytest.fixture(scope="module")
-async def operator(
-    cluster: TestCluster, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[OperatorProcess]:
-    """One operator process for the module (it watches every namespace)."""
-    await install(cluster)
-    workdir = tmp_path_factory.mktemp("isvc-operator")
-    with stopped_at_exit() as started:
-        async with KubeClient(cluster.admin_config()) as admin:
-            found = await start_operator(
-                cluster, admin, workdir, f"isvc-e2e-{secrets.token_hex(3)}", "isvc-op", started
-            )
-        yield found
 
 
 @pytest.fixture

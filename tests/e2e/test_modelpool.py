@@ -31,14 +31,12 @@ from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import ENDPOINT_SLICES, EVENTS, LEASES, PODS
 from tests.e2e.clusters import TestCluster
-from tests.e2e.kubectl import install
 from tests.e2e.operator_process import (
     LocalProcess,
     NodeStandInProcess,
     OperatorProcess,
     metric_sum,
     start_node,
-    start_operator,
     stopped_at_exit,
 )
 from tests.e2e.waiting import eventually
@@ -50,21 +48,6 @@ LOAD_SECONDS = 1.5
 TOKEN_SECONDS = 0.05
 HOLDER = "e2e-activator"
 Object = dict[str, Any]
-
-
-@pytest.fixture(scope="module")
-async def operator(
-    cluster: TestCluster, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[OperatorProcess]:
-    """One operator process for the module (it watches every namespace)."""
-    await install(cluster)
-    workdir = tmp_path_factory.mktemp("pool-operator")
-    with stopped_at_exit() as started:
-        async with KubeClient(cluster.admin_config()) as admin:
-            found = await start_operator(
-                cluster, admin, workdir, f"pool-e2e-{secrets.token_hex(3)}", "pool-op", started
-            )
-        yield found
 
 
 @pytest.fixture

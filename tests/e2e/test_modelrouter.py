@@ -41,9 +41,7 @@ from controlplane.runtime.resources import (
     SERVICE_ACCOUNTS,
     SERVICES,
 )
-from tests.e2e.clusters import TestCluster
-from tests.e2e.kubectl import install
-from tests.e2e.operator_process import OperatorProcess, start_operator, stopped_at_exit
+from tests.e2e.operator_process import OperatorProcess
 from tests.e2e.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,21 +50,6 @@ ISVC = InferenceService.resource()
 TIMEOUT = 30.0
 OPERATOR = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}"
 BINDING = "modelpool-operator"  # the generated ClusterRoleBinding
-
-
-@pytest.fixture(scope="module")
-async def operator(
-    cluster: TestCluster, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[OperatorProcess]:
-    """One operator process for the module (it watches every namespace)."""
-    await install(cluster)
-    workdir = tmp_path_factory.mktemp("mr-operator")
-    with stopped_at_exit() as started:
-        async with KubeClient(cluster.admin_config()) as admin:
-            found = await start_operator(
-                cluster, admin, workdir, f"mr-e2e-{secrets.token_hex(3)}", "mr-op", started
-            )
-        yield found
 
 
 def sample_router(**proxy: Any) -> dict[str, Any]:

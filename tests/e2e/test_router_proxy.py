@@ -9,9 +9,8 @@ has members a (model ``model-a``, resident) and b (``model-b``); the ModelRouter
 
 from __future__ import annotations
 
-import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +26,13 @@ from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import LEASES, ROLE_BINDINGS, ROLES, SERVICE_ACCOUNTS
 from tests.e2e.clusters import TestCluster
-from tests.e2e.kubectl import REPO, install
+from tests.e2e.kubectl import REPO
 from tests.e2e.operator_process import (
     LocalProcess,
     OperatorProcess,
     metric_sum,
     service_account_token,
     start_node,
-    start_operator,
     stopped_at_exit,
 )
 from tests.e2e.waiting import eventually
@@ -45,20 +43,6 @@ ROUTER = ModelRouter.resource()
 TIMEOUT = 60.0
 PROXY_ACCOUNT = "e2e-router-proxy"
 Object = dict[str, Any]
-
-
-@pytest.fixture(scope="module")
-async def operator(
-    cluster: TestCluster, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[OperatorProcess]:
-    await install(cluster)
-    workdir = tmp_path_factory.mktemp("router-operator")
-    with stopped_at_exit() as started:
-        async with KubeClient(cluster.admin_config()) as admin:
-            found = await start_operator(
-                cluster, admin, workdir, f"router-e2e-{secrets.token_hex(3)}", "router-op", started
-            )
-        yield found
 
 
 @pytest.fixture
