@@ -61,13 +61,14 @@ from controlplane.api.v1alpha1.inferenceservice import (
     PHASE_STOPPED,
 )
 from controlplane.api.v1alpha1.meta import API_VERSION
-from controlplane.controllers.children import MANAGED_BY as MANAGED_BY
-from controlplane.controllers.children import MANAGED_BY_LABEL as MANAGED_BY_LABEL
-from controlplane.controllers.children import SPEC_HASH_ANNOTATION as SPEC_HASH_ANNOTATION
-from controlplane.controllers.children import covers as covers
-from controlplane.controllers.children import is_controlled_by as is_controlled_by
-from controlplane.controllers.children import needs_apply as needs_apply
-from controlplane.controllers.children import quantities, with_spec_hash
+from controlplane.controllers.children import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    is_controlled_by,
+    needs_apply,
+    quantities,
+    with_spec_hash,
+)
 from controlplane.runtime.cache import NAMESPACE_INDEX
 from controlplane.runtime.controller import Request, Result
 from controlplane.runtime.errors import Conflict, NotFound

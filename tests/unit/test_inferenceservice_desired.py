@@ -8,13 +8,12 @@ from typing import Any
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService
+from controlplane.controllers.children import SPEC_HASH_ANNOTATION, needs_apply
 from controlplane.controllers.inferenceservice import (
     ISVC_LABEL,
-    SPEC_HASH_ANNOTATION,
     desired_deployment,
     desired_service,
     endpoint,
-    needs_apply,
 )
 
 
