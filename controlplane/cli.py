@@ -68,18 +68,28 @@ def cmd_demo(_: argparse.Namespace) -> int:
 
 
 def cmd_dev(_: argparse.Namespace) -> int:
-    """Start the local control plane and keep it running until Ctrl-C or SIGTERM."""
+    """Run the control plane, the operator and the node stand-in until Ctrl-C or SIGTERM."""
+    from controlplane.dev import local_system
+
     plane = _start_plane()
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     # A stable path, so a second shell can use it without copying the temporary one.
     link = Path.cwd() / ".dev-kubeconfig"
-    shutil.copyfile(plane.admin_kubeconfig, link)
-    link.chmod(0o600)
-    print(f"kubeconfig: {link}\n  export KUBECONFIG={link}\nCtrl-C stops it.", flush=True)
     try:
-        stop.wait()
+        with local_system(
+            plane.admin_kubeconfig, functools.partial(_run_kubectl, plane), plane.workdir
+        ):
+            shutil.copyfile(plane.admin_kubeconfig, link)
+            link.chmod(0o600)
+            print(
+                f"kubeconfig: {link}\n  export KUBECONFIG={link}\n"
+                "  kubectl apply -f manifests/samples/   # InferenceServices, a pool, a router\n"
+                f"logs of the operator and the stand-in: {plane.workdir}\nCtrl-C stops it.",
+                flush=True,
+            )
+            stop.wait()
     finally:
         plane.stop()
         link.unlink(missing_ok=True)

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -219,8 +219,10 @@ class Kubectl(Protocol):
     def __call__(self, *args: str, stdin: str | None = None) -> None: ...
 
 
-def demo_inference_services(admin_kubeconfig: Path, kubectl: Kubectl, workdir: Path) -> None:
-    """Install, run the operator and the node stand-in, serve one sample, ask it something."""
+@contextlib.contextmanager
+def local_system(admin_kubeconfig: Path, kubectl: Kubectl, workdir: Path) -> Iterator[None]:
+    """Install ``manifests/default``, run the operator under its ServiceAccount and the node
+    stand-in until the block ends; on failure show the end of their logs."""
     from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 
     kubectl("apply", "-k", str(MANIFESTS / "default"))
@@ -232,11 +234,25 @@ def demo_inference_services(admin_kubeconfig: Path, kubectl: Kubectl, workdir: P
     kubeconfig = anyio.run(_operator_kubeconfig, admin_kubeconfig, workdir)
     account = f"{OPERATOR_NAMESPACE}/{OPERATOR_SERVICE_ACCOUNT}"
     print(f"starting the operator as ServiceAccount {account}, and the node stand-in", flush=True)
-    operator = OperatorProcess(kubeconfig, workdir, "modelpool-operator", "operator-demo")
+    operator = OperatorProcess(kubeconfig, workdir, "modelpool-operator", "operator-local")
     node = NodeStandInProcess(admin_kubeconfig, workdir, load_seconds=2.0)
     try:
         _wait_for_log(node, NODE_STARTED, "the node stand-in to start")
         _wait_ready(operator)
+        yield
+    except BaseException:
+        for process in (node, operator):
+            print(f"--- {process.name} log (last lines)\n{process.output()[-4000:]}", flush=True)
+        raise
+    finally:
+        for process in (node, operator):
+            code = process.stop()
+            print(f"{process.name} stopped (exit code {code})", flush=True)
+
+
+def demo_inference_services(admin_kubeconfig: Path, kubectl: Kubectl, workdir: Path) -> None:
+    """Run the system, serve one sample, ask it something, then show one swap (below)."""
+    with local_system(admin_kubeconfig, kubectl, workdir):
         active = yaml.safe_load((MANIFESTS / "samples" / DEMO_ACTIVE).read_text())
         parked = yaml.safe_load((MANIFESTS / "samples" / DEMO_PARKED).read_text())
         parked["spec"]["replicas"] = 0
@@ -252,14 +268,6 @@ def demo_inference_services(admin_kubeconfig: Path, kubectl: Kubectl, workdir: P
         url, answer = anyio.run(_ask, admin_kubeconfig, name, model)
         print(f"POST {url}/v1/chat/completions (model {model}):\n  {answer}", flush=True)
         demo_model_pool(admin_kubeconfig, kubectl, workdir)
-    except BaseException:
-        for process in (node, operator):
-            print(f"--- {process.name} log (last lines)\n{process.output()[-4000:]}", flush=True)
-        raise
-    finally:
-        for process in (node, operator):
-            code = process.stop()
-            print(f"{process.name} stopped (exit code {code})", flush=True)
 
 
 def demo_model_pool(admin_kubeconfig: Path, kubectl: Kubectl, workdir: Path) -> None:
