@@ -16,6 +16,7 @@ from pathlib import Path
 
 import anyio
 
+from controlplane.cliargs import first_error, host_port_or_off
 from controlplane.envtest import ControlPlane, EnvtestError
 from controlplane.preflight import command as preflight_command
 from controlplane.router import command as router_command
@@ -97,17 +98,6 @@ def cmd_dev(_: argparse.Namespace) -> int:
     return 0
 
 
-def _address(text: str) -> tuple[str, int] | None:
-    """``host:port`` (``:8081`` means every interface); ``0`` disables the endpoint."""
-    if text == "0":
-        return None
-    host, _, port = text.rpartition(":")
-    try:
-        return (host or "0.0.0.0", int(port))
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected host:port or 0, got {text!r}") from err
-
-
 def cmd_operator(args: argparse.Namespace) -> int:
     """Run the operator: a leader-elected manager gated by the RBAC preflight."""
     from controlplane.operator import OperatorSettings, run_operator
@@ -128,20 +118,12 @@ def cmd_operator(args: argparse.Namespace) -> int:
     try:
         anyio.run(run_operator, settings)
     except* PreflightDenied as denied:
-        print(f"error: {_first(denied)}", file=sys.stderr)
+        print(f"error: {first_error(denied)}", file=sys.stderr)
         code = EXIT_DENIED
     except* LeadershipLost as lost:
-        print(f"error: {_first(lost)}", file=sys.stderr)
+        print(f"error: {first_error(lost)}", file=sys.stderr)
         code = 1
     return code
-
-
-def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The first leaf of a (possibly nested) exception group: the error worth printing."""
-    error: BaseException = group
-    while isinstance(error, BaseExceptionGroup):
-        error = error.exceptions[0]
-    return error
 
 
 def _add_operator_arguments(parser: argparse.ArgumentParser) -> None:
@@ -157,8 +139,10 @@ def _add_operator_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--identity", default="", help="leader-election identity ($POD_NAME)")
     parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--leader-election-id", default=LEADER_ELECTION_ID)
-    parser.add_argument("--health-probe-bind-address", type=_address, default=("0.0.0.0", 8081))
-    parser.add_argument("--metrics-bind-address", type=_address, default=("0.0.0.0", 8080))
+    parser.add_argument(
+        "--health-probe-bind-address", type=host_port_or_off, default=("0.0.0.0", 8081)
+    )
+    parser.add_argument("--metrics-bind-address", type=host_port_or_off, default=("0.0.0.0", 8080))
     parser.add_argument("--preflight-cache-dir", type=Path, default=None)
 
 

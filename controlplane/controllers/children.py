@@ -9,13 +9,15 @@ wanted would never show up that way, so every wanted body carries a hash of itse
 hash differs from the cached one. Fields the API server rewrites canonically (``resources``:
 ``0.5`` becomes ``500m``) are compared through the hash only.
 
-Shared by the InferenceService and ModelRouter controllers; nothing here knows either kind.
+Also the few readings of a child both controllers make: its Deployment's conditions, whether a
+child of the wanted name belongs to someone else. Shared by the InferenceService and ModelRouter
+controllers; nothing here knows either kind.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import msgspec
@@ -25,6 +27,9 @@ MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "modelpool-operator"
 SPEC_HASH_ANNOTATION: Final = "inference.modelpool.dev/spec-hash"
 
+#: The reason a Deployment's ``Progressing`` condition gives once its deadline has passed.
+PROGRESS_DEADLINE_EXCEEDED: Final = "ProgressDeadlineExceeded"
+
 #: Compared through the spec hash only (the API server rewrites quantities canonically).
 HASH_ONLY_KEYS: Final = frozenset({"resources"})
 
@@ -32,6 +37,18 @@ HASH_ONLY_KEYS: Final = frozenset({"resources"})
 def quantities(values: Mapping[str, int | str]) -> dict[str, str]:
     """Quantities as strings, as the API server stores them, so comparisons stay exact."""
     return {key: str(value) for key, value in values.items()}
+
+
+def resource_requirements(
+    limits: Mapping[str, int | str] | None, requests: Mapping[str, int | str] | None
+) -> dict[str, Any]:
+    """A container's ``resources``, with only the parts that are set."""
+    out: dict[str, Any] = {}
+    if limits:
+        out["limits"] = quantities(limits)
+    if requests:
+        out["requests"] = quantities(requests)
+    return out
 
 
 def with_spec_hash(obj: dict[str, Any]) -> dict[str, Any]:
@@ -75,3 +92,37 @@ def is_controlled_by(obj: Mapping[str, Any], uid: str | None) -> bool:
     """Whether ``obj`` carries a controller reference to the object with this uid."""
     refs = obj.get("metadata", {}).get("ownerReferences") or ()
     return any(ref.get("controller") and ref.get("uid") == uid for ref in refs)
+
+
+def foreign_child(
+    owner_kind: str, owner_uid: str | None, children: Iterable[tuple[str, Mapping[str, Any] | None]]
+) -> str | None:
+    """Why a child of the wanted name cannot be taken over (another controller owns it), or None.
+
+    ``children`` are ``(kind, cached object or None)`` pairs.
+    """
+    for kind, child in children:
+        if child is not None and not is_controlled_by(child, owner_uid):
+            name = child["metadata"]["name"]
+            return f"a {kind} named {name} exists and is not controlled by this {owner_kind}"
+    return None
+
+
+def deployment_condition(deployment: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    """The Deployment's status condition of type ``type_``, if it reports one."""
+    for condition in (deployment.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == type_:
+            return condition  # type: ignore[no-any-return]
+    return None
+
+
+def progress_deadline_exceeded(deployment: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The ``Progressing`` condition when it says the rollout's deadline passed, else None."""
+    progressing = deployment_condition(deployment, "Progressing")
+    if (
+        progressing is not None
+        and progressing.get("status") == "False"
+        and progressing.get("reason") == PROGRESS_DEADLINE_EXCEEDED
+    ):
+        return progressing
+    return None

@@ -64,9 +64,11 @@ from controlplane.api.v1alpha1.meta import API_VERSION
 from controlplane.controllers.children import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
-    is_controlled_by,
+    PROGRESS_DEADLINE_EXCEEDED,
+    foreign_child,
     needs_apply,
-    quantities,
+    progress_deadline_exceeded,
+    resource_requirements,
     with_spec_hash,
 )
 from controlplane.runtime.cache import NAMESPACE_INDEX
@@ -109,7 +111,7 @@ REASON_DEPLOYMENT_CREATING: Final = "DeploymentCreating"
 REASON_DEPLOYMENT_NOT_OBSERVED: Final = "DeploymentNotObserved"
 REASON_SERVER_READY: Final = "ServerReady"
 REASON_SCALED_TO_ZERO: Final = "ScaledToZero"
-REASON_PROGRESS_DEADLINE: Final = "ProgressDeadlineExceeded"
+REASON_PROGRESS_DEADLINE: Final = PROGRESS_DEADLINE_EXCEEDED
 REASON_STARTING: Final = "Starting"
 REASON_STOPPING: Final = "Stopping"
 
@@ -172,14 +174,7 @@ def endpoint(isvc: InferenceService) -> str:
 
 def _resources(isvc: InferenceService) -> dict[str, Any]:
     wanted = isvc.spec.resources
-    if wanted is None:
-        return {}
-    out: dict[str, Any] = {}
-    if wanted.limits:
-        out["limits"] = quantities(wanted.limits)
-    if wanted.requests:
-        out["requests"] = quantities(wanted.requests)
-    return out
+    return resource_requirements(wanted.limits, wanted.requests) if wanted is not None else {}
 
 
 def _probe(initial_delay: int, period: int, failures: int) -> dict[str, Any]:
@@ -287,13 +282,6 @@ class PhaseDecision:
     message: str
 
 
-def _condition(deployment: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
-    for condition in (deployment.get("status") or {}).get("conditions") or ():
-        if condition.get("type") == type_:
-            return condition  # type: ignore[no-any-return]
-    return None
-
-
 def compute_phase(
     desired_replicas: int,
     deployment: Mapping[str, Any] | None,
@@ -319,12 +307,7 @@ def compute_phase(
         return PhaseDecision(PHASE_READY, REASON_SERVER_READY, f"{ready} ready replica(s)")
     if desired_replicas == 0 and pods == 0 and not status.get("replicas"):
         return PhaseDecision(PHASE_STOPPED, REASON_SCALED_TO_ZERO, "scaled to zero; no pods left")
-    progressing = _condition(deployment, "Progressing")
-    if (
-        progressing is not None
-        and progressing.get("status") == FALSE
-        and progressing.get("reason") == REASON_PROGRESS_DEADLINE
-    ):
+    if (progressing := progress_deadline_exceeded(deployment)) is not None:
         return PhaseDecision(
             PHASE_FAILED,
             REASON_PROGRESS_DEADLINE,
@@ -397,7 +380,11 @@ class InferenceServiceReconciler:
             return Result()
         deployment = self.deployments.store.get(key)
         service = self.services.store.get(key)
-        conflict = _conflict(isvc, deployment, service)
+        conflict = foreign_child(
+            "InferenceService",
+            isvc.metadata.uid,
+            (("Deployment", deployment), ("Service", service)),
+        )
         if conflict is None:
             wanted = desired_deployment(isvc)
             if needs_apply(deployment, wanted):
@@ -438,19 +425,6 @@ class InferenceServiceReconciler:
         label = f"{ISVC_LABEL}={isvc.name}"
         keys = set(self.pods.store.index_keys("label", label))
         return len(keys & set(self.pods.store.index_keys(NAMESPACE_INDEX, isvc.namespace or "")))
-
-
-def _conflict(
-    isvc: InferenceService,
-    deployment: Mapping[str, Any] | None,
-    service: Mapping[str, Any] | None,
-) -> str | None:
-    for kind, child in (("Deployment", deployment), ("Service", service)):
-        if child is not None and not is_controlled_by(child, isvc.metadata.uid):
-            return (
-                f"a {kind} named {isvc.name} exists and is not controlled by this InferenceService"
-            )
-    return None
 
 
 def _pods_to_owner(pod: Mapping[str, Any]) -> Iterable[Request]:

@@ -71,9 +71,12 @@ from controlplane.api.v1alpha1.modelrouter import (
 from controlplane.controllers.children import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
-    is_controlled_by,
+    PROGRESS_DEADLINE_EXCEEDED,
+    deployment_condition,
+    foreign_child,
     needs_apply,
-    quantities,
+    progress_deadline_exceeded,
+    resource_requirements,
     with_spec_hash,
 )
 from controlplane.controllers.rbac import ROUTER_PROXY_RULES
@@ -137,7 +140,7 @@ PROGRESS_DEADLINE_SECONDS: Final = 600
 REASON_NOT_OWNED: Final = "NotOwned"
 REASON_DEPLOYMENT_CREATING: Final = "DeploymentCreating"
 REASON_DEPLOYMENT_NOT_OBSERVED: Final = "DeploymentNotObserved"
-REASON_PROGRESS_DEADLINE: Final = "ProgressDeadlineExceeded"
+REASON_PROGRESS_DEADLINE: Final = PROGRESS_DEADLINE_EXCEEDED
 REASON_PROXY_AVAILABLE: Final = "ProxyAvailable"
 REASON_PROXY_UNDER_STRENGTH: Final = "ProxyUnderStrength"
 REASON_PROXY_UNAVAILABLE: Final = "ProxyUnavailable"
@@ -258,12 +261,7 @@ def _resources(router: ModelRouter) -> dict[str, Any]:
     wanted = router.spec.proxy.resources if router.spec.proxy is not None else None
     if wanted is None or not (wanted.limits or wanted.requests):
         return {kind: dict(values) for kind, values in DEFAULT_RESOURCES.items()}
-    out: dict[str, Any] = {}
-    if wanted.limits:
-        out["limits"] = quantities(wanted.limits)
-    if wanted.requests:
-        out["requests"] = quantities(wanted.requests)
-    return out
+    return resource_requirements(wanted.limits, wanted.requests)
 
 
 def _field_env(name: str, path: str) -> dict[str, Any]:
@@ -435,13 +433,6 @@ def backends_ready(
     )
 
 
-def _condition(deployment: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
-    for condition in (deployment.get("status") or {}).get("conditions") or ():
-        if condition.get("type") == type_:
-            return condition  # type: ignore[no-any-return]
-    return None
-
-
 def compute_phase(
     deployment: Mapping[str, Any] | None,
     backends: ConditionDecision,
@@ -475,12 +466,7 @@ def compute_phase(
                 "no deployment controller has reported on the current proxy Deployment yet",
             ),
         )
-    progressing = _condition(deployment, "Progressing")
-    if (
-        progressing is not None
-        and progressing.get("status") == FALSE
-        and progressing.get("reason") == REASON_PROGRESS_DEADLINE
-    ):
+    if (progressing := progress_deadline_exceeded(deployment)) is not None:
         message = str(progressing.get("message") or "the proxy Deployment made no progress")
         return PhaseDecision(
             PHASE_FAILED, ConditionDecision(FALSE, REASON_PROGRESS_DEADLINE, message)
@@ -488,7 +474,7 @@ def compute_phase(
     available = int(status.get("availableReplicas") or 0)
     wanted = int((deployment.get("spec") or {}).get("replicas") or 0)
     counts = f"{available} of {wanted} proxy replica(s) available"
-    condition = _condition(deployment, "Available")
+    condition = deployment_condition(deployment, "Available")
     if condition is not None and condition.get("status") == TRUE:
         phase = PHASE_READY if backends.status == TRUE else PHASE_DEGRADED
         return PhaseDecision(phase, ConditionDecision(TRUE, REASON_PROXY_AVAILABLE, counts))
@@ -586,7 +572,11 @@ class ModelRouterReconciler:
             f"{ns}/{proxy_name(name)}"
         )
         service = self.services.store.get(key)
-        conflict = _conflict(router, deployment, service)
+        conflict = foreign_child(
+            "ModelRouter",
+            router.metadata.uid,
+            (("Deployment", deployment), ("Service", service)),
+        )
         refusal: str | None = None
         if conflict is None:
             try:
@@ -668,18 +658,6 @@ class ModelRouterReconciler:
         deployment = await self._apply(DEPLOYMENTS, deployment, desired_deployment(router))
         await self._apply(SERVICES, service, desired_service(router))
         return deployment
-
-
-def _conflict(
-    router: ModelRouter,
-    deployment: Mapping[str, Any] | None,
-    service: Mapping[str, Any] | None,
-) -> str | None:
-    for kind, child in (("Deployment", deployment), ("Service", service)):
-        if child is not None and not is_controlled_by(child, router.metadata.uid):
-            child_name = child["metadata"]["name"]
-            return f"a {kind} named {child_name} exists and is not controlled by this ModelRouter"
-    return None
 
 
 def references(router: Mapping[str, Any], field: str, name: str) -> bool:

@@ -9,15 +9,8 @@ from pathlib import Path
 
 import anyio
 
+from controlplane.cliargs import first_error, host_port
 from controlplane.preflight import EXIT_DENIED, PreflightDenied
-
-
-def _address(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    try:
-        return (host or "0.0.0.0", int(port))
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected host:port, got {text!r}") from err
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", type=Path, default=None)
     parser.add_argument("--identity", default="", help="Lease holder identity ($POD_NAME)")
     parser.add_argument(
-        "--bind-address", type=_address, default=("0.0.0.0", 8000), help="host:port to serve on"
+        "--bind-address", type=host_port, default=("0.0.0.0", 8000), help="host:port to serve on"
     )
     parser.add_argument("--preflight-cache-dir", type=Path, default=None)
 
@@ -51,9 +44,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         anyio.run(run_router_proxy, settings)
     except* PreflightDenied as denied:
-        error: BaseException = denied
-        while isinstance(error, BaseExceptionGroup):
-            error = error.exceptions[0]
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {first_error(denied)}", file=sys.stderr)
         code = EXIT_DENIED
     return code

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, Self
+from typing import Any, Final, Literal, Self, TypedDict, Unpack
 
 import httpx
 import msgspec
@@ -52,6 +52,15 @@ class ObjectList:
 
     items: list[Object]
     resource_version: str
+
+
+class RequestOptions(TypedDict, total=False):
+    """What one request may carry besides its method and path (see :meth:`KubeClient._send`)."""
+
+    params: Mapping[str, str | int] | None
+    body: Any
+    content_type: str
+    timeout: float | None
 
 
 class _RawList(msgspec.Struct):
@@ -148,20 +157,9 @@ class KubeClient:
 
     # -- raw requests -------------------------------------------------------------------------
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str | int] | None = None,
-        body: Any = None,
-        content_type: str = JSON,
-        timeout: float | None = None,
-    ) -> Object:
+    async def request(self, method: str, path: str, **options: Unpack[RequestOptions]) -> Object:
         """One request; returns the decoded body or raises a typed :class:`ApiError`."""
-        content = await self._send(
-            method, path, params=params, body=body, content_type=content_type, timeout=timeout
-        )
+        content = await self._send(method, path, **options)
         if not content:
             return {}
         decoded = _DECODE(content)

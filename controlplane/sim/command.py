@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import anyio
 
+from controlplane.cliargs import seconds
 from controlplane.sim.settings import (
     DEFAULT_HOST,
     DEFAULT_LOAD_SECONDS,
@@ -24,13 +25,6 @@ from controlplane.sim.settings import (
     SimSettings,
     SlotsMode,
 )
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text}")
-    return value
 
 
 def _count(minimum: int) -> Callable[[str], int]:
@@ -51,8 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model-name", default=DEFAULT_MODEL_NAME, help="the served name (llama-server --alias)"
     )
-    parser.add_argument("--load-seconds", type=_seconds, default=DEFAULT_LOAD_SECONDS)
-    parser.add_argument("--token-seconds", type=_seconds, default=DEFAULT_TOKEN_SECONDS)
+    parser.add_argument("--load-seconds", type=seconds, default=DEFAULT_LOAD_SECONDS)
+    parser.add_argument("--token-seconds", type=seconds, default=DEFAULT_TOKEN_SECONDS)
     parser.add_argument(
         "--slots", type=_count(1), default=DEFAULT_SLOTS, help="llama-server --parallel"
     )
@@ -77,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--slow-slots-seconds",
-        type=_seconds,
+        type=seconds,
         default=DEFAULT_SLOW_SLOTS_SECONDS,
         help="how long /slots hangs in slow mode",
     )

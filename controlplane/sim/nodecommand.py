@@ -11,19 +11,13 @@ from pathlib import Path
 
 import anyio
 
+from controlplane.cliargs import seconds
 from controlplane.sim.nodesettings import (
     DEFAULT_LOAD_SECONDS,
     DEFAULT_RESYNC_SECONDS,
     DEFAULT_TOKEN_SECONDS,
     NodeSettings,
 )
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,14 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--load-seconds",
-        type=_seconds,
+        type=seconds,
         default=DEFAULT_LOAD_SECONDS,
         help="each simulator's model load time (/health answers 503 meanwhile)",
     )
-    parser.add_argument("--token-seconds", type=_seconds, default=DEFAULT_TOKEN_SECONDS)
+    parser.add_argument("--token-seconds", type=seconds, default=DEFAULT_TOKEN_SECONDS)
     parser.add_argument(
         "--resync-seconds",
-        type=_seconds,
+        type=seconds,
         default=DEFAULT_RESYNC_SECONDS,
         help="how often a running simulator is re-checked (the kubelet's sync loop)",
     )

@@ -12,8 +12,6 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from controlplane.envtest import ControlPlane
 from controlplane.runtime.config import ClientConfig
 
@@ -30,17 +28,6 @@ class TestCluster:
 
     def admin_config(self) -> ClientConfig:
         return ClientConfig.from_kubeconfig(self.admin_kubeconfig)
-
-    def kubeconfig_for_token(self, token: str, path: Path) -> Path:
-        """The admin kubeconfig's cluster, authenticating with ``token`` instead (any mode)."""
-        config = yaml.safe_load(self.admin_kubeconfig.read_text())
-        context = next(c for c in config["contexts"] if c["name"] == config["current-context"])
-        context["context"]["user"] = "token-user"
-        config["users"] = [{"name": "token-user", "user": {"token": token}}]
-        config["contexts"] = [context]
-        path.write_text(yaml.safe_dump(config))
-        path.chmod(0o600)
-        return path
 
     def logs(self) -> dict[str, Path]:
         return self.local.logs() if self.local is not None else {}

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE
+from controlplane.dev import kubeconfig_for_token
 from controlplane.preflight import EXIT_DENIED
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import NotFound
@@ -82,7 +83,9 @@ async def test_operator_without_its_rbac_stops_at_start_naming_what_is_missing(
     await install(cluster)  # CRDs exist; this account simply is not bound to the ClusterRole
     await admin.create(SERVICE_ACCOUNTS, {"metadata": {"name": "unbound"}}, namespace)
     token = await service_account_token(admin, namespace, "unbound")
-    kubeconfig = cluster.kubeconfig_for_token(token, tmp_path / "unbound.kubeconfig")
+    kubeconfig = kubeconfig_for_token(
+        cluster.admin_kubeconfig, token, tmp_path / "unbound.kubeconfig"
+    )
     operator = OperatorProcess(kubeconfig, tmp_path, "unbound-operator", "unbound-0", cwd=REPO)
     processes.append(operator)
     code = await anyio.to_thread.run_sync(lambda: operator.popen.wait(timeout=90))
