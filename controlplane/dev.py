@@ -94,6 +94,14 @@ class LocalProcess:
     def running(self) -> bool:
         return self.popen.poll() is None
 
+    def kill(self) -> int:
+        """SIGKILL at once (a crash, for chaos tests) and reap; returns the exit code."""
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait()
+        return self.popen.returncode
+
     def stop(self, grace: float = STOP_GRACE_SECONDS) -> int:
         """SIGTERM, wait up to ``grace``, then SIGKILL; returns the exit code. Idempotent."""
         if self.popen.poll() is None:
@@ -171,7 +179,8 @@ class NodeStandInProcess(LocalProcess):
 
 
 class RouterProxyProcess(LocalProcess):
-    """``controlplane router-proxy`` for ModelRouter ``router``, on a free loopback port."""
+    """``controlplane router-proxy`` for ModelRouter ``router``, on a free loopback port;
+    ``extra_args`` are passed as they are (tests shorten the pool Lease with them)."""
 
     def __init__(
         self,
@@ -182,13 +191,16 @@ class RouterProxyProcess(LocalProcess):
         *,
         router: str = "router",
         cwd: Path | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.port = free_port()
+        self.identity = identity
         args = [
             "router-proxy", "--router", router, "--namespace", namespace,
             "--kubeconfig", str(kubeconfig), "--identity", identity,
             "--bind-address", f"127.0.0.1:{self.port}",
             "--preflight-cache-dir", str(workdir / f"preflight-{identity}"),
+            *extra_args,
         ]  # fmt: skip
         super().__init__(args, workdir / f"{identity}.log", cwd=cwd, name=identity)
 

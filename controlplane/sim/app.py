@@ -8,7 +8,8 @@ Endpoints (as llama-server has them, plus one admin endpoint for tests):
 - ``GET /v1/models`` (and ``/models``): the served model.
 - ``POST /v1/chat/completions`` (and ``/chat/completions``): OpenAI chat completions, streamed
   as server-sent events when ``stream`` is true.
-- ``GET|POST /sim/slots-mode``: read or switch the ``/slots`` mode at run time.
+- ``GET|POST /sim/slots-mode``: read or switch the ``/slots`` mode at run time
+  (``{"mode": "error500", "seconds": 5}`` switches for 5 s, then back).
 
 While the model loads, every model endpoint answers 503 like llama-server; ``/v1/models`` and the
 admin endpoint answer at once. Every error body is ``{"error": {"code", "message", "type"}}``.
@@ -106,8 +107,12 @@ class SimulatorEndpoints:
 
     async def slots_mode(self, request: Request) -> Response:
         if request.method == "POST":
-            self.model.slots_mode = _parse_slots_mode(await request.body())
-        return JSONBody({"mode": self.model.slots_mode.value})
+            self.model.set_slots_mode(*_parse_slots_mode(await request.body()))
+        answer: dict[str, Any] = {"mode": self.model.slots_mode.value}
+        left = self.model.slots_mode_seconds_left
+        if left is not None:
+            answer["seconds_left"] = round(left, 3)
+        return JSONBody(answer)
 
     async def chat_completions(self, request: Request) -> Response:
         self._require_loaded()
@@ -192,7 +197,8 @@ class _Completion:
         yield DONE_EVENT
 
 
-def _parse_slots_mode(body: bytes) -> SlotsMode:
+def _parse_slots_mode(body: bytes) -> tuple[SlotsMode, float | None]:
+    """``{"mode": MODE}``, optionally with ``"seconds"``: how long the switch lasts."""
     try:
         data = msgspec.json.decode(body)
     except msgspec.DecodeError as err:
@@ -200,9 +206,15 @@ def _parse_slots_mode(body: bytes) -> SlotsMode:
     choices = ", ".join(mode.value for mode in SlotsMode)
     mode = data.get("mode") if isinstance(data, dict) else None
     try:
-        return SlotsMode(mode)
+        parsed = SlotsMode(mode)
     except ValueError:
         raise InvalidRequest(f"'mode' must be one of {choices}, got {mode!r}") from None
+    seconds = data.get("seconds")
+    if seconds is None:
+        return parsed, None
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+        raise InvalidRequest(f"'seconds' must be a positive number, got {seconds!r}")
+    return parsed, float(seconds)
 
 
 def build_app(model: SimulatedModel) -> Starlette:

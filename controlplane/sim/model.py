@@ -12,6 +12,9 @@ Contract, mirroring llama-server where the control plane looks at it:
 - Generation produces one token per ``token_seconds`` of the model's clock.
 
 The ``/slots`` failure mode lives here too, because tests flip it at run time through the app.
+A switch may be timed (:meth:`SimulatedModel.set_slots_mode` with ``seconds``): the mode reverts by
+itself, read lazily on the model's clock, so a test that breaks ``/slots`` "for a while" leaves no
+member broken even if it is cancelled before it could switch the mode back.
 """
 
 from __future__ import annotations
@@ -65,8 +68,9 @@ class SimulatedModel:
     def __init__(self, settings: SimSettings, clock: Clock | None = None) -> None:
         self.settings = settings
         self.clock: Clock = clock if clock is not None else AnyioClock()
-        #: How ``/slots`` answers; tests switch it at run time.
-        self.slots_mode: SlotsMode = settings.slots_mode
+        self._slots_mode: SlotsMode = settings.slots_mode
+        #: A timed switch: (when it ends on the model's clock, the mode to return to).
+        self._slots_mode_until: tuple[float, SlotsMode] | None = None
         self._loaded = anyio.Event()
         self._closing = anyio.Event()
         self._slots = [Slot(id=index) for index in range(settings.slots)]
@@ -110,6 +114,40 @@ class SimulatedModel:
         """Wait ``seconds`` or until shutdown begins, whichever is first (slow ``/slots``)."""
         with anyio.move_on_after(seconds):
             await self._closing.wait()
+
+    # -- the /slots failure mode --------------------------------------------------------------
+
+    @property
+    def slots_mode(self) -> SlotsMode:
+        """How ``/slots`` answers now; a timed switch that has run out has reverted."""
+        if self._slots_mode_until is not None:
+            until, previous = self._slots_mode_until
+            if self.clock.now() >= until:
+                self._slots_mode, self._slots_mode_until = previous, None
+        return self._slots_mode
+
+    @slots_mode.setter
+    def slots_mode(self, mode: SlotsMode) -> None:
+        self.set_slots_mode(mode)
+
+    def set_slots_mode(self, mode: SlotsMode, seconds: float | None = None) -> None:
+        """Switch how ``/slots`` answers; with ``seconds``, only for that long, then back to the
+        mode in force before the switch."""
+        current = self.slots_mode
+        if seconds is None:
+            self._slots_mode, self._slots_mode_until = mode, None
+            return
+        previous = self._slots_mode_until[1] if self._slots_mode_until else current
+        self._slots_mode = mode
+        self._slots_mode_until = (self.clock.now() + seconds, previous)
+
+    @property
+    def slots_mode_seconds_left(self) -> float | None:
+        """How long a timed switch still lasts; None when the mode is not timed."""
+        _ = self.slots_mode  # a switch that has run out reverts here
+        if self._slots_mode_until is None:
+            return None
+        return max(self._slots_mode_until[0] - self.clock.now(), 0.0)
 
     # -- slots ---------------------------------------------------------------------------------
 

@@ -20,7 +20,13 @@ and EndpointSlice watches):
 * **kubelet**, for pods bound to :data:`NODE_NAME`. A pod gets a simulator started with the served
   name (``--alias``), slots (``--parallel``) and context (``--ctx-size``) read from the container's
   llama-server arguments; its status (via the status subresource) turns Running, with ``podIP``
-  127.0.0.1, once the simulator listens, and Ready once its ``/health`` answers 200. A
+  127.0.0.1, once the simulator listens, and Ready once its ``/health`` answers 200. The model
+  load takes :attr:`NodeSettings.load_seconds`, unless the arguments carry
+  ``--sim-load-seconds N`` (:data:`LOAD_SECONDS_ARG`): an InferenceService's ``spec.args`` can
+  give one member a slow load (a stand-in flag only; a real llama-server would refuse it). The
+  simulator's environment names its pod and member (``MODELPOOL_POD``, ``MODELPOOL_MEMBER``, see
+  :func:`controlplane.sim.process.identity_env`), so a test can tell from ``/proc`` alone which
+  member's server is running. A
   simulator that dies is restarted (``restartCount`` grows). Deleting a pod bound to a node only
   marks it (``deletionTimestamp``: it is Terminating); the stand-in then sends SIGTERM, waits for
   the process to exit, and only then deletes the pod with ``gracePeriodSeconds: 0``. So Terminating
@@ -72,7 +78,12 @@ from controlplane.runtime.informer import Informer
 from controlplane.runtime.manager import Manager
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, PODS, SERVICES
 from controlplane.sim.nodesettings import NodeSettings
-from controlplane.sim.process import SimulatorProcess, SimulatorStartError, simulator_argv
+from controlplane.sim.process import (
+    SimulatorProcess,
+    SimulatorStartError,
+    identity_env,
+    simulator_argv,
+)
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +93,12 @@ FIELD_MANAGER: Final = "modelpool-sim-node"
 #: The Deployments (and their pods) this stand-in plays the node for.
 #: Member Deployments only: the operator also manages router-proxy Deployments, which are not
 #: model servers and get no simulator.
-MANAGED_SELECTOR: Final = (
-    "app.kubernetes.io/managed-by=modelpool-operator,inference.modelpool.dev/inferenceservice"
-)
+#: The label naming a member pod's InferenceService (the operator's, repeated here: the simulator
+#: package knows nothing of the controllers).
+MEMBER_LABEL: Final = "inference.modelpool.dev/inferenceservice"
+MANAGED_SELECTOR: Final = f"app.kubernetes.io/managed-by=modelpool-operator,{MEMBER_LABEL}"
+#: A stand-in-only server argument: this member's model load time, overriding the node's.
+LOAD_SECONDS_ARG: Final = "--sim-load-seconds"
 POD_TEMPLATE_HASH_LABEL: Final = "pod-template-hash"
 SERVICE_NAME_LABEL: Final = "kubernetes.io/service-name"
 SLICE_MANAGED_BY_LABEL: Final = "endpointslice.kubernetes.io/managed-by"
@@ -145,11 +159,14 @@ class ServerArgs:
     model_name: str
     slots: int
     ctx_size: int | None
+    #: ``--sim-load-seconds``: this member's load time; None means the node's default.
+    load_seconds: float | None = None
 
 
 def server_args(container: Mapping[str, Any], fallback_name: str) -> ServerArgs:
     """``--alias`` (else the ``--model`` file's stem) names the model; ``--parallel`` gives the
-    slots and ``--ctx-size`` is shared between them, as llama-server does."""
+    slots and ``--ctx-size`` is shared between them, as llama-server does; ``--sim-load-seconds``
+    (a non-negative number) overrides the node's load time for this member."""
     args = [str(a) for a in container.get("args") or ()]
     model = _flag(args, "--alias", "-a")
     if not model:
@@ -159,7 +176,15 @@ def server_args(container: Mapping[str, Any], fallback_name: str) -> ServerArgs:
     slots = max(int(slots_text), 1) if slots_text and slots_text.isdigit() else 1
     ctx_text = _flag(args, "--ctx-size", "-c")
     ctx = int(ctx_text) // slots if ctx_text and ctx_text.isdigit() and int(ctx_text) else None
-    return ServerArgs(model, slots, ctx or None)
+    return ServerArgs(model, slots, ctx or None, _non_negative(_flag(args, LOAD_SECONDS_ARG)))
+
+
+def _non_negative(text: str | None) -> float | None:
+    try:
+        value = float(text) if text is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and value >= 0 else None
 
 
 def new_pod(deployment: Mapping[str, Any], hash_: str, suffix: str) -> Object:
@@ -581,16 +606,22 @@ class NodeStandIn:
         meta = pod["metadata"]
         containers = (pod.get("spec") or {}).get("containers") or [{}]
         args = server_args(containers[0], meta["name"])
+        load_seconds = args.load_seconds
+        if load_seconds is None:
+            load_seconds = self.settings.load_seconds
         argv = simulator_argv(
             args.model_name,
             host=LOOPBACK,
-            load_seconds=self.settings.load_seconds,
+            load_seconds=load_seconds,
             token_seconds=self.settings.token_seconds,
             slots=args.slots,
             ctx_size=args.ctx_size,
         )
+        member = (meta.get("labels") or {}).get(MEMBER_LABEL, "")
         process = SimulatorProcess(
-            argv, self.settings.log_dir / f"{meta['namespace']}_{meta['name']}.log"
+            argv,
+            self.settings.log_dir / f"{meta['namespace']}_{meta['name']}.log",
+            env=identity_env(meta["namespace"], meta["name"], member),
         )
         try:
             url = await process.start()

@@ -6,6 +6,12 @@ A simulator is ``python -m controlplane.cli sim --port 0 ...``; it binds before 
 dies (``PR_SET_PDEATHSIG``, as :mod:`controlplane.envtest.process` does for the control plane),
 so even a stand-in killed with SIGKILL leaves no simulator listening. A normal stop is SIGTERM
 (the simulator finishes in-flight responses and exits 0), escalated to SIGKILL after a grace.
+
+Each simulator the node stand-in starts carries its identity in its environment:
+``MODELPOOL_POD=<namespace>/<pod>`` and ``MODELPOOL_MEMBER=<namespace>/<inferenceservice>``
+(:func:`identity_env`). The e2e invariant monitor reads them from ``/proc/<pid>/environ``, so it
+can tell which member's server is alive at any instant without asking the stand-in, whose own
+view is exactly what is under test.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Final
 
@@ -29,6 +35,14 @@ START_TIMEOUT_SECONDS: Final = 60.0
 #: Between SIGTERM and SIGKILL (the simulator's own graceful stop takes at most 5 s).
 STOP_GRACE_SECONDS: Final = 10.0
 _PR_SET_PDEATHSIG: Final = 1
+#: The environment variables naming the pod a simulator plays, and its member (InferenceService).
+POD_ENV: Final = "MODELPOOL_POD"
+MEMBER_ENV: Final = "MODELPOOL_MEMBER"
+
+
+def identity_env(namespace: str, pod: str, member: str) -> dict[str, str]:
+    """The identity a simulator process carries: ``namespace/pod`` and ``namespace/member``."""
+    return {POD_ENV: f"{namespace}/{pod}", MEMBER_ENV: f"{namespace}/{member}"}
 
 
 def die_with_parent() -> None:
@@ -64,9 +78,13 @@ def simulator_argv(
 class SimulatorProcess:
     """One running simulator; :attr:`url` is known once :meth:`start` returns."""
 
-    def __init__(self, argv: Sequence[str], log_path: Path) -> None:
+    def __init__(
+        self, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None
+    ) -> None:
         self.argv = list(argv)
         self.log_path = log_path
+        #: Added to the parent's environment (the identity of :func:`identity_env`).
+        self.env = dict(env or {})
         self.url = ""
         self.port = 0
         self._popen: subprocess.Popen[bytes] | None = None
@@ -93,6 +111,7 @@ class SimulatorProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=log,
+                env={**os.environ, **self.env} if self.env else None,
                 preexec_fn=die_with_parent,
             )
         stdout = self._popen.stdout

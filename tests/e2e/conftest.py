@@ -22,6 +22,7 @@ from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import NAMESPACES
 from tests.e2e.clusters import TestCluster, docker_unavailable_reason, in_ci, start_local
+from tests.e2e.invariants import note_test_outcome
 from tests.e2e.kubectl import install
 from tests.e2e.operator_process import OperatorProcess, start_operator, stopped_at_exit
 
@@ -118,8 +119,11 @@ async def operator(
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """Attach the end of each control-plane log to a failed e2e test's report."""
+    """Attach the end of each control-plane log to a failed e2e test's report; tell the pool
+    invariant monitor whether the test's body failed (its teardown then skips the settle check)."""
     report = yield
+    if report.when in ("setup", "call"):
+        note_test_outcome(report.failed)
     if report.failed and _session_cluster is not None:
         for name, path in _session_cluster.logs().items():
             report.sections.append((f"{name} log (last lines)", tail(path)))

@@ -4,6 +4,11 @@ The processes themselves are :mod:`controlplane.dev`'s (the demo runs the same o
 as ``modelpool-system/modelpool-operator`` through a TokenRequest token, bound only by the
 generated RBAC manifests; the node stand-in as the admin. :func:`stopped_at_exit` stops every
 process a test started, and prints the end of its output, even when the test fails.
+
+A node stand-in started for a namespace (:func:`start_node`) comes with the pool invariant monitor
+(:mod:`tests.e2e.invariants`) on that namespace, so every test that runs pools on the stand-in is
+watched with no code of its own: when the node is stopped the pools must have settled (unless the
+test already failed), and any overlap seen during the test fails it, with the monitor's record.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from controlplane.dev import (
 )
 from controlplane.runtime.client import KubeClient
 from tests.e2e.clusters import TestCluster
+from tests.e2e.invariants import PoolInvariantMonitor, PoolInvariantViolated, last_test_failed
 from tests.e2e.kubectl import REPO
 from tests.e2e.waiting import eventually
 
@@ -31,6 +37,7 @@ __all__ = [
     "LocalProcess",
     "NodeStandInProcess",
     "OperatorProcess",
+    "WatchedNode",
     "operator_kubeconfig_for",
     "service_account_token",
     "start_node",
@@ -43,12 +50,18 @@ __all__ = [
 def stopped_at_exit() -> Iterator[list[LocalProcess]]:
     """A list to put started processes in; each is stopped (SIGTERM, then SIGKILL) at exit."""
     started: list[LocalProcess] = []
+    violated: list[PoolInvariantViolated] = []
     try:
         yield started
     finally:
         for process in reversed(started):
-            process.stop(grace=15)
+            try:
+                process.stop(grace=15)
+            except PoolInvariantViolated as err:  # stop the others first, then fail
+                violated.append(err)
             print(f"--- {process.name} output (last lines)\n{process.output()[-4000:]}")
+    if violated:
+        raise violated[0]
 
 
 async def operator_kubeconfig_for(cluster: TestCluster, admin: KubeClient, path: Path) -> Path:
@@ -78,6 +91,32 @@ async def start_operator(
     return operator
 
 
+class WatchedNode(NodeStandInProcess):
+    """The node stand-in, with the pool invariant monitor on its namespace.
+
+    :meth:`stop` first waits for the pools to settle (skipped when the test failed: its pools are
+    wherever it stopped), then stops the monitor and the node, and raises
+    :class:`PoolInvariantViolated` with the monitor's record if anything was violated. The
+    monitor starts before the stand-in, so it sees every pod and simulator the stand-in makes.
+    """
+
+    monitor: PoolInvariantMonitor | None = None
+
+    def stop(self, grace: float = 30.0) -> int:
+        monitor, self.monitor = self.monitor, None
+        if monitor is not None:
+            try:
+                if self.running() and not last_test_failed():
+                    monitor.settle()
+            finally:
+                monitor.stop()
+        code = super().stop(grace)
+        if monitor is not None:
+            print(monitor.report())
+            monitor.check()
+        return code
+
+
 def start_node(
     cluster: TestCluster,
     workdir: Path,
@@ -86,16 +125,27 @@ def start_node(
     namespace: str | None = None,
     load_seconds: float = 0.5,
     token_seconds: float | None = None,
-) -> NodeStandInProcess:
-    """The node stand-in as the admin (it plays kubelet and built-in controllers)."""
-    node = NodeStandInProcess(
-        cluster.admin_kubeconfig,
-        workdir,
-        namespace=namespace,
-        load_seconds=load_seconds,
-        token_seconds=token_seconds,
-        cwd=REPO,
-    )
+    monitor: bool = True,
+) -> WatchedNode:
+    """The node stand-in as the admin (it plays kubelet and built-in controllers); for a
+    ``namespace``, with the pool invariant monitor (``monitor=False`` to go without)."""
+    watch = None
+    if namespace is not None and monitor:
+        watch = PoolInvariantMonitor(cluster.admin_config(), namespace).start()
+    try:
+        node = WatchedNode(
+            cluster.admin_kubeconfig,
+            workdir,
+            namespace=namespace,
+            load_seconds=load_seconds,
+            token_seconds=token_seconds,
+            cwd=REPO,
+        )
+    except BaseException:
+        if watch is not None:
+            watch.stop()
+        raise
+    node.monitor = watch
     started.append(node)
     return node
 

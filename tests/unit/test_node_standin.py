@@ -71,6 +71,10 @@ def deployment(replicas: int | None = 1, generation: int = 4) -> dict[str, Any]:
         (["-np", "4", "-c", "1000", "-a", "g"], ServerArgs("g", 4, 250)),
         ([], ServerArgs("fallback", 1, None)),
         (["--parallel", "x"], ServerArgs("fallback", 1, None)),
+        (["--sim-load-seconds", "14"], ServerArgs("fallback", 1, None, 14.0)),
+        (["--sim-load-seconds=0.5"], ServerArgs("fallback", 1, None, 0.5)),
+        (["--sim-load-seconds", "-1"], ServerArgs("fallback", 1, None)),
+        (["--sim-load-seconds", "soon"], ServerArgs("fallback", 1, None)),
     ],
 )
 def test_server_args_come_from_llama_server_flags(args: list[str], expected: ServerArgs) -> None:
