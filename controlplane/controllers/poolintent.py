@@ -1,18 +1,15 @@
 """Which member owns a pool's slot: the activation intent, read from the pool's Lease.
 
 The protocol (:mod:`controlplane.api.v1alpha1.activation`): an activator that wants a member
-holds the pool's Lease ``modelpool-<pool>`` with the annotation
+holds the pool's Lease (``modelpool-pool-<pool>``, labelled with the pool) with the annotation
 ``inference.modelpool.dev/target: <member>``. The intent is valid while the Lease has a holder and
 has not expired.
 
-**Expiry is judged on our own clock.** ``renewTime + leaseDurationSeconds`` compares a timestamp
-written by the activator's clock with ours; a few seconds of skew between two machines would make
-a live intent look expired, or a dead one live. So, as the framework's leader election does (and
-client-go's), :class:`LeaseObserver` remembers *when we saw the record last change* on the
-controller's monotonic clock, and the intent is expired once the record has stayed unchanged for
-longer than ``leaseDurationSeconds``. A holder renews by moving ``renewTime``, which changes the
-record; only durations cross the machine boundary, never instants. The cost: after the operator
-starts, an orphaned intent is honoured for up to one lease duration before it counts as expired.
+**Expiry is judged on our own clock** (:class:`~controlplane.runtime.leaserecord.ExpiryObserver`,
+the same helper the framework's leader election uses): the intent is expired once the Lease's
+record has stayed unchanged for longer than ``leaseDurationSeconds`` as seen by the controller.
+The cost: after the operator starts, an orphaned intent is honoured for up to one lease duration
+before it counts as expired.
 
 **The owner** (:func:`choose_owner`), first rule that holds:
 
@@ -34,9 +31,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controlplane.api.v1alpha1.activation import TARGET_ANNOTATION, pool_for_lease
-from controlplane.runtime.cache import object_key
+from controlplane.api.v1alpha1.activation import pool_for_lease, read_activation
 from controlplane.runtime.informer import DeletedFinalStateUnknown
+from controlplane.runtime.leaserecord import ExpiryObserver, lease_key
 
 Clock = Callable[[], float]
 
@@ -50,78 +47,39 @@ class Intent:
     expires_in: float
 
 
-def lease_record(lease: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What counts as a change of the Lease: its spec and the target annotation."""
-    spec = lease.get("spec") or {}
-    annotations = (lease.get("metadata") or {}).get("annotations") or {}
-    return (
-        spec.get("holderIdentity") or "",
-        spec.get("leaseDurationSeconds"),
-        spec.get("acquireTime"),
-        spec.get("renewTime"),
-        spec.get("leaseTransitions"),
-        annotations.get(TARGET_ANNOTATION) or "",
-    )
-
-
-def read_intent(lease: Mapping[str, Any] | None, observed_at: float, now: float) -> Intent | None:
-    """The intent the Lease carries, if any: held, targeted, and unchanged for at most its
-    duration on our clock (``observed_at`` is when we saw its record last change)."""
-    if lease is None:
-        return None
-    spec = lease.get("spec") or {}
-    holder = spec.get("holderIdentity") or ""
-    target = ((lease.get("metadata") or {}).get("annotations") or {}).get(TARGET_ANNOTATION) or ""
-    duration = spec.get("leaseDurationSeconds")
-    if not holder or not target or not isinstance(duration, int) or duration <= 0:
-        return None
-    left = observed_at + duration - now
-    if left < 0:
-        return None
-    return Intent(holder=str(holder), target=str(target), expires_in=left)
-
-
 class LeaseObserver:
-    """Remembers, per pool Lease, when its record last changed on our clock.
+    """The intents of pool Leases, with expiry judged on our clock.
 
-    Subscribed to the Lease informer as an event handler, so the moment is the moment the watch
-    delivered the change, not when a reconcile got round to it. Leases of other names are ignored.
+    Subscribed to the Lease informer as an event handler, so the moment a record is seen to change
+    is the moment the watch delivered it, not when a reconcile got round to it. Leases that are not
+    a pool's (:func:`~controlplane.api.v1alpha1.activation.pool_for_lease`) are ignored.
     """
 
     def __init__(self, clock: Clock = time.monotonic) -> None:
-        self.clock = clock
-        self._seen: dict[str, tuple[tuple[Any, ...], float]] = {}
-
-    def observe(self, lease: Mapping[str, Any]) -> float:
-        """Record ``lease`` as seen now; return when its current record was first seen."""
-        key = object_key(lease)
-        record = lease_record(lease)
-        seen = self._seen.get(key)
-        if seen is None or seen[0] != record:
-            seen = (record, self.clock())
-            self._seen[key] = seen
-        return seen[1]
+        self.expiry = ExpiryObserver(clock)
 
     def intent(self, lease: Mapping[str, Any] | None) -> Intent | None:
-        if lease is None:
+        """The intent ``lease`` carries: held, targeted, and not expired on our clock."""
+        if lease is None or pool_for_lease(lease) is None:
             return None
-        return read_intent(lease, self.observe(lease), self.clock())
-
-    def forget(self, key: str) -> None:
-        self._seen.pop(key, None)
+        activation = read_activation(lease)
+        left = self.expiry.remaining(lease)
+        if not activation.requested or activation.target is None or left < 0:
+            return None
+        return Intent(holder=activation.holder, target=activation.target, expires_in=left)
 
     # -- informer event handler ------------------------------------------------------------------
 
     def on_add(self, obj: dict[str, Any], initial: bool) -> None:
-        if pool_for_lease(obj["metadata"]["name"]) is not None:
-            self.observe(obj)
+        if pool_for_lease(obj) is not None:
+            self.expiry.observe(obj)
 
     def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         self.on_add(new, False)
 
     def on_delete(self, obj: dict[str, Any] | DeletedFinalStateUnknown) -> None:
         final = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
-        self.forget(object_key(final))
+        self.expiry.forget(lease_key(final))
 
 
 class OwnerReason(enum.StrEnum):

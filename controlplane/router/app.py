@@ -1,10 +1,14 @@
 """The OpenAI-compatible HTTP surface of the router-proxy (starlette).
 
 ``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/embeddings`` are proxied: the body is
-validated (a JSON object; ``messages`` a list), its ``model`` resolved to a route, the activator
-asked for a ready upstream, and the upstream response streamed back as it comes (SSE included),
-the member's in-flight count held until the body is closed. ``GET /v1/models`` lists the models,
-``/healthz``, ``/readyz`` and ``/metrics`` serve probes and Prometheus. Each proxied request is a
+read up to ``max_body_bytes`` (413 beyond, before it is all in memory) and validated (a JSON object
+with the field its path requires), its ``model`` resolved to a route, and only then is the
+activator asked for a ready upstream: bad input never moves the slot. The upstream response is
+streamed back as it comes (SSE included), the member's in-flight count held until the body is
+closed. Every answer is one audit line and one ``modelpool_proxy_requests_total`` sample whose
+``reason`` is the error code the proxy answered with, or ``upstream`` for the member's own answer.
+``GET /v1/models`` lists the models, ``/healthz``, ``/readyz`` and ``/metrics`` serve probes and
+Prometheus. Each proxied request is a
 span whose W3C trace context is extracted from the request and injected into the upstream one.
 """
 
@@ -27,7 +31,13 @@ from starlette.types import Receive, Scope, Send
 
 from controlplane.router import metrics
 from controlplane.router.activator import Activator
-from controlplane.router.errors import ProxyError, ProxyNotReady, UpstreamError
+from controlplane.router.errors import (
+    InvalidRequest,
+    ProxyError,
+    ProxyNotReady,
+    RequestTooLarge,
+    UpstreamError,
+)
 from controlplane.router.routing import Lookup, Object, resolve, routing_table, validate_body
 from controlplane.runtime.metrics import REGISTRY
 
@@ -41,6 +51,9 @@ PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 #: Request headers passed upstream (hop-by-hop and length headers are not).
 FORWARDED_REQUEST_HEADERS = ("content-type", "accept", "authorization", "user-agent")
 FORWARDED_RESPONSE_HEADERS = ("content-type", "content-encoding", "cache-control")
+#: The largest request body accepted by default: far above any prompt a context window holds,
+#: far below the proxy's memory limit.
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
 @dataclass
@@ -51,6 +64,7 @@ class ProxyContext:
     pools: Lookup
     isvcs: Lookup
     not_ready: Callable[[], list[str]]
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
 
 class _MetricsEndpoint:
@@ -63,9 +77,37 @@ class _MetricsEndpoint:
         await self._app(scope, receive, send)
 
 
+def audit(model: str, status: int, reason: str, detail: str = "") -> None:
+    """One line and one metric sample per answer, by outcome reason."""
+    metrics.PROXY_REQUESTS.labels(model, str(status), reason).inc()
+    log.info(
+        "request answered: model=%s status=%d reason=%s%s",
+        model,
+        status,
+        reason,
+        f" ({detail})" if detail else "",
+    )
+
+
 def _error(err: ProxyError, model: str) -> Response:
-    metrics.PROXY_REQUESTS.labels(model, str(err.status)).inc()
+    audit(model, err.status, err.code, err.message)
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it is known to exceed ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise InvalidRequest(f"Content-Length must be a number of bytes, got {declared!r}")
+        if int(declared) > limit:
+            raise RequestTooLarge(f"The request body ({declared} bytes) exceeds {limit} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise RequestTooLarge(f"The request body exceeds {limit} bytes")
+    return bytes(body)
 
 
 def build_app(context: ProxyContext, activator: Activator, http: httpx.AsyncClient) -> Starlette:
@@ -74,7 +116,8 @@ def build_app(context: ProxyContext, activator: Activator, http: httpx.AsyncClie
         try:
             if reasons := context.not_ready():
                 raise ProxyNotReady("the proxy is not ready: " + "; ".join(reasons))
-            body = validate_body(await request.body())
+            raw = await read_body(request, context.max_body_bytes)
+            body = validate_body(raw, request.url.path)
             router = context.router()
             if router is None:
                 raise ProxyNotReady("the ModelRouter is not found")
@@ -102,7 +145,7 @@ def build_app(context: ProxyContext, activator: Activator, http: httpx.AsyncClie
                         http.build_request(
                             "POST",
                             url + request.url.path,
-                            content=await request.body(),
+                            content=raw,
                             headers=headers,
                         ),
                         stream=True,
@@ -125,7 +168,7 @@ def build_app(context: ProxyContext, activator: Activator, http: httpx.AsyncClie
             finally:
                 await close()
 
-        metrics.PROXY_REQUESTS.labels(model, str(upstream.status_code)).inc()
+        audit(model, upstream.status_code, "upstream")
         return StreamingResponse(
             passthrough(),
             status_code=upstream.status_code,

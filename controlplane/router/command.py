@@ -9,8 +9,10 @@ from pathlib import Path
 
 import anyio
 
-from controlplane.cliargs import first_error, host_port
+from controlplane.cliargs import first_error, host_port, positive_int
 from controlplane.preflight import EXIT_DENIED, PreflightDenied
+from controlplane.router.app import DEFAULT_MAX_BODY_BYTES
+from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +28,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--bind-address", type=host_port, default=("0.0.0.0", 8000), help="host:port to serve on"
     )
     parser.add_argument("--preflight-cache-dir", type=Path, default=None)
+    parser.add_argument(
+        "--lease-duration-seconds",
+        type=positive_int,
+        default=DEFAULT_LEASE_DURATION_SECONDS,
+        help="how long a pool Lease claim lasts unrenewed; renewed every third of it",
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=positive_int,
+        default=DEFAULT_MAX_BODY_BYTES,
+        help="larger request bodies are refused with 413",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
         identity=args.identity,
         bind_address=args.bind_address,
         preflight_cache_dir=args.preflight_cache_dir,
+        lease_duration_seconds=args.lease_duration_seconds,
+        max_body_bytes=args.max_body_bytes,
     )
     code = 0
     try:

@@ -1,15 +1,19 @@
 """Named proxy errors, each with its HTTP status and OpenAI-style body (DESIGN 4.5).
 
-Every failure the client can see is one of these; :func:`error_body` renders
-``{"error": {"message", "type", "code"}}`` and the app adds ``Retry-After`` when one is set.
+Every failure the client can see is one of these; :meth:`ProxyError.body` renders
+``{"error": {"message", "type", "code"}}`` and the app adds ``Retry-After`` when one is set. The
+``code`` is also the outcome reason in the proxy's audit line and its request metric.
+
+A 503 always carries ``Retry-After``: the activator computes it from the swap times it measured
+(:mod:`controlplane.router.retryafter`); :data:`MIN_RETRY_AFTER_SECONDS` is only the floor.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-#: Seconds a client is told to wait after a 503 from the activator.
-DEFAULT_RETRY_AFTER_SECONDS = 5
+#: The least a client is told to wait after a 503 (``Retry-After`` is whole seconds).
+MIN_RETRY_AFTER_SECONDS = 1
 
 
 class ProxyError(Exception):
@@ -18,11 +22,15 @@ class ProxyError(Exception):
     status: ClassVar[int] = 500
     type: ClassVar[str] = "server_error"
     code: ClassVar[str] = "internal_error"
-    retry_after: int | None = None
+    #: Whether ``Retry-After`` is sent with this error.
+    retryable: ClassVar[bool] = False
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, retry_after: int = MIN_RETRY_AFTER_SECONDS) -> None:
         super().__init__(message)
         self.message = message
+        self.retry_after: int | None = (
+            max(MIN_RETRY_AFTER_SECONDS, retry_after) if self.retryable else None
+        )
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "code": self.code}}
@@ -43,10 +51,18 @@ class ModelNotFound(ProxyError):
     code = "model_not_found"
 
 
+class RequestTooLarge(ProxyError):
+    """The body is larger than the proxy accepts (``--max-body-bytes``)."""
+
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
 class _Unavailable(ProxyError):
     status = 503
     type = "server_error"
-    retry_after = DEFAULT_RETRY_AFTER_SECONDS
+    retryable = True
 
 
 class ActivationTimeout(_Unavailable):
@@ -65,6 +81,12 @@ class LeaseUnavailable(_Unavailable):
     """The pool's Lease could not be read or written."""
 
     code = "pool_lease_unavailable"
+
+
+class ProxyStopping(_Unavailable):
+    """This replica is shutting down: a held request is answered, and nothing new is started."""
+
+    code = "proxy_stopping"
 
 
 class ProxyNotReady(_Unavailable):
@@ -93,7 +115,3 @@ class UpstreamError(ProxyError):
     status = 502
     type = "server_error"
     code = "upstream_error"
-
-
-def error_body(error: ProxyError) -> dict[str, Any]:
-    return error.body()

@@ -1,38 +1,57 @@
 """The pool's Lease as an activation intent: claim, renew, release (DESIGN 4.3, docs/modelpool.md).
 
-A replica that wants a member claims the Lease ``modelpool-<pool>``: it creates it, or takes it
-when it is released (no holder) or expired. Expiry is judged as the framework's leader election
-does: by *when this replica saw the record last change* on its own monotonic clock, never by
-comparing the holder's ``renewTime`` with our clock. Every write carries the resourceVersion that
-was read; a 409 means someone else wrote first, so the Lease is re-read and judged again.
+A claim is *for a target*: a replica holds the Lease ``modelpool-pool-<pool>`` for one member,
+and only a claim by the same holder for the same target is "ours". So:
 
-The holder renews at a third of the duration while its swap runs and releases (clears the holder
-and the target annotation) when it is done; release is idempotent and never raises.
+* :meth:`LeaseCoordinator.claim` takes the Lease when it does not exist, has no holder, or has
+  expired as observed on our clock (:class:`~controlplane.runtime.leaserecord.ExpiryObserver`,
+  never the holder's ``renewTime`` against our clock). A live Lease held by anyone else, *this
+  replica included for another target*, is not free: treating "the holder is me" as free let a
+  second request retarget a running swap. A Lease that is ours for this target already (a claim
+  whose answer was lost) is simply renewed.
+* :meth:`~LeaseCoordinator.renew` and :meth:`~LeaseCoordinator.release` act only when the Lease
+  is still held by us **for that target**: one swap's release can never clear another's claim.
+* Every write carries the resourceVersion that was read; a 409 means someone else wrote first, so
+  the Lease is re-read and judged again. Every API call is bounded by :attr:`call_timeout`, below
+  the renew interval, so one hung call cannot eat the Lease's lifetime.
+* A Lease of our name that is not a pool's (no :data:`POOL_LABEL`) is never written over.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from controlplane.api.v1alpha1.activation import TARGET_ANNOTATION, pool_lease_name
+import anyio
+
+from controlplane.api.v1alpha1.activation import (
+    POOL_LABEL,
+    claimed,
+    new_pool_lease,
+    pool_for_lease,
+    pool_lease_name,
+    read_activation,
+    released,
+    renewed,
+)
 from controlplane.router.errors import LeaseUnavailable
 from controlplane.runtime.errors import AlreadyExists, Conflict, KubeError, NotFound
+from controlplane.runtime.leaserecord import ExpiryObserver
 from controlplane.runtime.resources import LEASES, Resource
-from controlplane.runtime.timeutil import micro_time
 
 log = logging.getLogger(__name__)
 
-#: How long a claim lasts without renewal; renewed every third of it.
-LEASE_DURATION_SECONDS = 45
-RENEW_INTERVAL_SECONDS = LEASE_DURATION_SECONDS / 3
+#: How long a claim lasts without renewal; the holder renews every third of it.
+DEFAULT_LEASE_DURATION_SECONDS = 45
 #: Writes retried after a 409 before the attempt gives up (the caller tries again later).
 CONFLICT_RETRIES = 3
 
 Object = dict[str, Any]
+T = TypeVar("T")
 
 
 class ObjectApi(Protocol):
@@ -56,22 +75,14 @@ class Claim:
     target: str | None = None
 
 
-def _target(lease: Object) -> str | None:
-    annotations = (lease.get("metadata") or {}).get("annotations") or {}
-    value = annotations.get(TARGET_ANNOTATION)
-    return str(value) if value else None
+class Renewal(enum.Enum):
+    """What a renew attempt found."""
 
-
-def _record(lease: Object) -> tuple[Any, ...]:
-    spec = lease.get("spec") or {}
-    return (
-        spec.get("holderIdentity"),
-        spec.get("leaseDurationSeconds"),
-        spec.get("acquireTime"),
-        spec.get("renewTime"),
-        spec.get("leaseTransitions"),
-        _target(lease),
-    )
+    RENEWED = "renewed"
+    #: The Lease is no longer ours for this target (released, taken over, retargeted, deleted).
+    LOST = "lost"
+    #: The API did not answer in time or failed: still ours as far as we know.
+    FAILED = "failed"
 
 
 class LeaseCoordinator:
@@ -83,131 +94,107 @@ class LeaseCoordinator:
         namespace: str,
         identity: str,
         *,
-        duration: int = LEASE_DURATION_SECONDS,
+        duration: int = DEFAULT_LEASE_DURATION_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if duration < 1:
+            raise ValueError(f"a pool Lease lasts at least 1 s, got {duration}")
         self.client = client
         self.namespace = namespace
         self.identity = identity
         self.duration = duration
-        self.clock = clock
-        self._observed: dict[str, tuple[tuple[Any, ...], float]] = {}
+        #: The holder renews this often while its swap runs.
+        self.renew_interval = duration / 3
+        #: Each API call's time limit: half the renew interval, so a hung call leaves time for
+        #: another attempt before the Lease could expire.
+        self.call_timeout = self.renew_interval / 2
+        self.expiry = ExpiryObserver(clock)
 
-    def _observe(self, lease: Object) -> float:
-        """When this replica saw ``lease``'s record last change (now, if it just changed)."""
-        name = str((lease.get("metadata") or {}).get("name"))
-        record = _record(lease)
-        seen = self._observed.get(name)
-        if seen is None or seen[0] != record:
-            seen = (record, self.clock())
-            self._observed[name] = seen
-        return seen[1]
+    async def _call(self, call: Awaitable[T]) -> T:
+        with anyio.fail_after(self.call_timeout):
+            return await call
 
-    def _expired(self, lease: Object) -> bool:
-        since = self._observe(lease)
-        duration = float((lease.get("spec") or {}).get("leaseDurationSeconds") or 0)
-        return self.clock() - since > duration
+    async def _read(self, pool: str) -> Object | None:
+        try:
+            lease = await self._call(self.client.get(LEASES, pool_lease_name(pool), self.namespace))
+        except NotFound:
+            return None
+        if pool_for_lease(lease) != pool:
+            raise LeaseUnavailable(
+                f"Lease {self.namespace}/{pool_lease_name(pool)} exists but is not pool {pool}'s "
+                f"(it lacks the label {POOL_LABEL}={pool}); it is left alone"
+            )
+        self.expiry.observe(lease)
+        return lease
 
     async def claim(self, pool: str, target: str) -> Claim:
-        """Hold the Lease for ``target``, or say who holds it. Raises :class:`LeaseUnavailable`."""
-        name = pool_lease_name(pool)
+        """Hold the Lease for ``target``, or say who holds it. Raises :class:`LeaseUnavailable`
+        when the API cannot be read or written (the write may have landed: see the activator)."""
         try:
             for _ in range(CONFLICT_RETRIES):
+                lease = await self._read(pool)
                 try:
-                    lease = await self.client.get(LEASES, name, self.namespace)
-                except NotFound:
-                    try:
-                        created = await self.client.create(LEASES, self._new(name, target))
-                    except AlreadyExists:
-                        continue  # someone else won: re-read
-                    self._observe(created)
+                    if lease is None:
+                        body = new_pool_lease(
+                            self.namespace, pool, self.identity, target, self.duration
+                        )
+                        self.expiry.observe(await self._call(self.client.create(LEASES, body)))
+                        return Claim(True, self.identity, target)
+                    activation = read_activation(lease)
+                    if activation.is_claim_of(self.identity, target):
+                        updated = await self._call(self.client.update(LEASES, renewed(lease)))
+                        self.expiry.observe(updated)
+                        return Claim(True, self.identity, target)
+                    if activation.holder and self.expiry.remaining(lease) >= 0:
+                        return Claim(False, activation.holder, activation.target)
+                    taken = claimed(lease, self.identity, target, self.duration)
+                    self.expiry.observe(await self._call(self.client.update(LEASES, taken)))
                     return Claim(True, self.identity, target)
-                holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
-                if holder and holder != self.identity and not self._expired(lease):
-                    return Claim(False, holder, _target(lease))
-                try:
-                    updated = await self.client.update(LEASES, self._taken(lease, target))
-                except Conflict:
-                    continue
-                self._observe(updated)
-                return Claim(True, self.identity, target)
-        except KubeError as err:
-            raise LeaseUnavailable(f"the Lease of pool {pool} is unavailable: {err}") from err
+                except (AlreadyExists, Conflict):
+                    continue  # someone else wrote first: re-read and judge again
+        except (KubeError, TimeoutError) as err:
+            raise LeaseUnavailable(f"the Lease of pool {pool} is unavailable: {err!r}") from err
         return Claim(False)
 
-    async def renew(self, pool: str, target: str) -> bool:
-        """Move ``renewTime``; False when the Lease is no longer ours (lost). Never raises."""
-        name = pool_lease_name(pool)
+    async def renew(self, pool: str, target: str) -> Renewal:
+        """Move ``renewTime`` if the Lease is ours for ``target``. Never raises."""
         for _ in range(CONFLICT_RETRIES):
             try:
-                lease = await self.client.get(LEASES, name, self.namespace)
-                spec = dict(lease.get("spec") or {})
-                if spec.get("holderIdentity") != self.identity or _target(lease) != target:
+                lease = await self._read(pool)
+                if lease is None or not read_activation(lease).is_claim_of(self.identity, target):
+                    return Renewal.LOST
+                self.expiry.observe(await self._call(self.client.update(LEASES, renewed(lease))))
+                return Renewal.RENEWED
+            except Conflict:
+                continue
+            except LeaseUnavailable:
+                return Renewal.LOST  # the name now belongs to a Lease that is not a pool's
+            except (KubeError, TimeoutError) as err:
+                log.warning("renewing the Lease of pool %s failed: %r", pool, err)
+                return Renewal.FAILED
+        return Renewal.FAILED
+
+    async def release(self, pool: str, target: str) -> bool:
+        """Clear holder and target if the Lease is ours for ``target``; True when this call
+        cleared it (it was ours), False when it was not ours (idempotent). Raises
+        :class:`ReleaseFailed` when the API could not be read or written."""
+        for _ in range(CONFLICT_RETRIES):
+            try:
+                lease = await self._read(pool)
+                if lease is None or not read_activation(lease).is_claim_of(self.identity, target):
                     return False
-                spec["renewTime"] = micro_time()
-                updated = await self.client.update(LEASES, {**lease, "spec": spec})
-                self._observe(updated)
+                self.expiry.observe(await self._call(self.client.update(LEASES, released(lease))))
+                log.info("%s: released pool %s's Lease (%s)", self.identity, pool, target)
                 return True
-            except NotFound:
+            except Conflict:
+                continue
+            except LeaseUnavailable:
                 return False
-            except Conflict:
-                continue
-            except KubeError as err:  # transient: the Lease lasts three renew intervals
-                log.warning("renewing the Lease of pool %s failed: %s", pool, err)
-                return True
-        return True
+            except (KubeError, TimeoutError) as err:
+                log.warning("releasing the Lease of pool %s failed: %r", pool, err)
+                raise ReleaseFailed(repr(err)) from err
+        raise ReleaseFailed("conflicts on every attempt")
 
-    async def release(self, pool: str) -> None:
-        """Clear the holder and the target if they are ours. Idempotent; never raises."""
-        name = pool_lease_name(pool)
-        for _ in range(CONFLICT_RETRIES):
-            try:
-                lease = await self.client.get(LEASES, name, self.namespace)
-                spec = dict(lease.get("spec") or {})
-                if spec.get("holderIdentity") != self.identity:
-                    return
-                spec.update(holderIdentity="", renewTime=micro_time())
-                metadata = dict(lease.get("metadata") or {})
-                annotations = dict(metadata.get("annotations") or {})
-                annotations.pop(TARGET_ANNOTATION, None)
-                metadata["annotations"] = annotations
-                await self.client.update(LEASES, {**lease, "metadata": metadata, "spec": spec})
-                log.info("%s: released the Lease of pool %s", self.identity, pool)
-                return
-            except NotFound:
-                return
-            except Conflict:
-                continue
-            except KubeError as err:
-                log.warning("releasing the Lease of pool %s failed: %s", pool, err)
-                return
 
-    def _new(self, name: str, target: str) -> Object:
-        now = micro_time()
-        return {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {
-                "name": name,
-                "namespace": self.namespace,
-                "annotations": {TARGET_ANNOTATION: target},
-            },
-            "spec": {
-                "holderIdentity": self.identity,
-                "leaseDurationSeconds": self.duration,
-                "acquireTime": now,
-                "renewTime": now,
-                "leaseTransitions": 0,
-            },
-        }
-
-    def _taken(self, lease: Object, target: str) -> Object:
-        now = micro_time()
-        spec = dict(lease.get("spec") or {})
-        if spec.get("holderIdentity") != self.identity:
-            spec["acquireTime"] = now
-            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
-        spec.update(holderIdentity=self.identity, leaseDurationSeconds=self.duration, renewTime=now)
-        metadata = dict(lease.get("metadata") or {})
-        metadata["annotations"] = {**(metadata.get("annotations") or {}), TARGET_ANNOTATION: target}
-        return {**lease, "metadata": metadata, "spec": spec}
+class ReleaseFailed(Exception):
+    """A release could not be written (the caller retries while the claim may still count)."""

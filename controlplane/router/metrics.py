@@ -38,7 +38,14 @@ HELD_REQUESTS = Gauge(
 )
 PROXY_REQUESTS = Counter(
     "modelpool_proxy_requests_total",
-    "Requests answered by the proxy, by requested model and HTTP status.",
-    ("model", "code"),
+    "Requests answered by the proxy, by requested model, HTTP status and outcome reason (the "
+    "error code of an answer the proxy made, `upstream` for one the member made).",
+    ("model", "code", "reason"),
+    registry=REGISTRY,
+)
+MEMBER_WRITE_CONFLICTS = Counter(
+    "modelpool_member_write_conflicts_total",
+    "Member writes refused with 409 (MemberWriteConflict) and re-decided from a fresh read.",
+    ("pool", "member"),
     registry=REGISTRY,
 )

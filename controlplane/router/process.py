@@ -21,10 +21,16 @@ import anyio
 import httpx
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
+from controlplane.api.v1alpha1.activation import POOL_LABEL
 from controlplane.preflight import Component, PreflightGate, Verdict, run_preflight
 from controlplane.router.activator import Activator, Notifier
-from controlplane.router.app import UPSTREAM_TIMEOUT, ProxyContext, build_app
-from controlplane.router.lease import LeaseCoordinator
+from controlplane.router.app import (
+    DEFAULT_MAX_BODY_BYTES,
+    UPSTREAM_TIMEOUT,
+    ProxyContext,
+    build_app,
+)
+from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS, LeaseCoordinator
 from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.httpserver import bind, serve
@@ -55,6 +61,10 @@ class RouterProxySettings:
     identity: str = ""
     bind_address: tuple[str, int] = DEFAULT_BIND_ADDRESS
     preflight_cache_dir: Path | None = None
+    #: How long a pool Lease claim lasts unrenewed (renewed every third of it).
+    lease_duration_seconds: int = DEFAULT_LEASE_DURATION_SECONDS
+    #: Larger request bodies are refused with 413.
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
 
 class _Wake:
@@ -147,12 +157,14 @@ def build_router_proxy(settings: RouterProxySettings) -> tuple[Manager, Activato
     pools = manager.informer(ModelPool.resource(), ns)
     isvcs = manager.informer(InferenceService.resource(), ns)
     slices = manager.informer(ENDPOINT_SLICES, ns)
-    leases = manager.informer(LEASES, ns)
+    leases = manager.informer(LEASES, ns, label_selector=POOL_LABEL)
     notifier = Notifier()
     for informer in (routers, pools, isvcs, slices, leases):
         informer.add_handler(_Wake(notifier))
     view = CacheView(ns, settings.router, routers, pools, isvcs, slices)
-    coordinator = LeaseCoordinator(manager.client, ns, identity)
+    coordinator = LeaseCoordinator(
+        manager.client, ns, identity, duration=settings.lease_duration_seconds
+    )
     activator = Activator(view, coordinator, manager.client, ns, notifier=notifier)
     manager.add(activator)
 
@@ -166,7 +178,9 @@ def build_router_proxy(settings: RouterProxySettings) -> tuple[Manager, Activato
     manager.add_readiness_check(
         "rbac-preflight", lambda: None if gate.ready else gate.readiness()[1]
     )
-    context = ProxyContext(view.router, view.pool, view.isvc, manager.not_ready_reasons)
+    context = ProxyContext(
+        view.router, view.pool, view.isvc, manager.not_ready_reasons, settings.max_body_bytes
+    )
     http = httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT, trust_env=False)
     sock = bind(*settings.bind_address)
     manager.add(ProxyServer(build_app(context, activator, http), sock, http))

@@ -124,17 +124,45 @@ def parse_duration(text: str | None, default: float) -> float:
     return total
 
 
-def validate_body(raw: bytes) -> dict[str, Any]:
-    """The request body as a JSON object; raises :class:`InvalidRequest` for a malformed one."""
+#: The field each proxied path cannot do without, and what it must be (OpenAI's API reference).
+REQUIRED_FIELDS: dict[str, tuple[str, tuple[type, ...], str]] = {
+    "/v1/chat/completions": ("messages", (list,), "a non-empty list of messages"),
+    "/v1/completions": ("prompt", (str, list), "a string or a list"),
+    "/v1/embeddings": ("input", (str, list), "a string or a list"),
+}
+
+
+def validate_body(raw: bytes, path: str = "/v1/chat/completions") -> dict[str, Any]:
+    """The request body as a JSON object fit for ``path``; raises :class:`InvalidRequest`
+    naming what is wrong.
+
+    Checked before a request is held: a body the member would refuse must never move the slot
+    (a request for a parked model with no ``messages`` used to force a swap, then get its 400).
+    """
     try:
         body = msgspec.json.decode(raw) if raw else {}
     except msgspec.DecodeError as err:
         raise InvalidRequest(f"We could not parse the JSON body of your request: {err}") from err
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object")
-    if "messages" in body and not isinstance(body["messages"], list):
-        raise InvalidRequest("`messages` must be a list")
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise InvalidRequest("`model` must be a string")
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise InvalidRequest("`stream` must be a boolean")
+    if path in REQUIRED_FIELDS:
+        field, types, what = REQUIRED_FIELDS[path]
+        value = body.get(field)
+        if value is None:
+            raise InvalidRequest(f"Missing required parameter: `{field}`")
+        if not isinstance(value, types) or (field == "messages" and not value):
+            raise InvalidRequest(f"`{field}` must be {what}")
+        if isinstance(value, list) and field == "messages":
+            _validate_messages(value)
     return body
+
+
+def _validate_messages(messages: list[Any]) -> None:
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise InvalidRequest(f"`messages[{i}]` must be an object with a string `role`")

@@ -26,6 +26,7 @@ import anyio
 
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import AlreadyExists, Conflict, KubeError, NotFound
+from controlplane.runtime.leaserecord import ExpiryObserver, LeaseRecord
 from controlplane.runtime.resources import LEASES
 from controlplane.runtime.timeutil import micro_time
 
@@ -73,9 +74,11 @@ class LeaderElector:
     clock: Callable[[], float] = time.monotonic
     rand: Callable[[], float] = random.random
     on_change: Callable[[bool], None] | None = None
-    _observed_spec: dict[str, Any] | None = field(default=None, init=False)
-    _observed_at: float = field(default=0.0, init=False)
+    _expiry: ExpiryObserver = field(init=False)
     _leading: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self._expiry = ExpiryObserver(self.clock)
 
     @property
     def is_leader(self) -> bool:
@@ -148,11 +151,6 @@ class LeaderElector:
             if self.on_change is not None:
                 self.on_change(leading)
 
-    def _observe(self, spec: dict[str, Any]) -> None:
-        if spec != self._observed_spec:
-            self._observed_spec = dict(spec)
-            self._observed_at = self.clock()
-
     async def try_acquire_or_renew(self) -> bool:
         """One attempt; True when we hold the Lease afterwards. Never raises API errors."""
         try:
@@ -175,7 +173,7 @@ class LeaderElector:
                 "leaseTransitions": 0,
             }
             try:
-                await self.client.create(
+                created = await self.client.create(
                     LEASES,
                     {
                         "metadata": {"name": cfg.lease_name, "namespace": cfg.namespace},
@@ -184,16 +182,13 @@ class LeaderElector:
                 )
             except AlreadyExists:
                 return False
-            self._observe(spec)
+            self._expiry.observe(created)
             return True
 
-        spec = dict(lease.get("spec") or {})
-        self._observe(spec)
-        holder = spec.get("holderIdentity") or ""
-        duration = float(spec.get("leaseDurationSeconds") or cfg.lease_duration)
-        if holder and holder != cfg.identity and self._observed_at + duration > self.clock():
+        if self._expiry.held_by_other(lease, cfg.identity):
             return False  # someone else holds it and has renewed recently enough
-        if holder != cfg.identity:
+        spec = dict(lease.get("spec") or {})
+        if LeaseRecord.of(lease).holder != cfg.identity:
             spec["acquireTime"] = now
             spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
         spec.update(
@@ -203,10 +198,10 @@ class LeaderElector:
         )
         lease["spec"] = spec
         try:
-            await self.client.update(LEASES, lease)  # carries the resourceVersion we read
+            updated = await self.client.update(LEASES, lease)  # carries the resourceVersion read
         except Conflict:
             return False
-        self._observe(spec)
+        self._expiry.observe(updated)
         return True
 
     async def release(self) -> None:
@@ -214,9 +209,9 @@ class LeaderElector:
         cfg = self.config
         try:
             lease = await self.client.get(LEASES, cfg.lease_name, cfg.namespace)
-            spec = dict(lease.get("spec") or {})
-            if spec.get("holderIdentity") != cfg.identity:
+            if LeaseRecord.of(lease).holder != cfg.identity:
                 return
+            spec = dict(lease.get("spec") or {})
             spec.update(holderIdentity="", leaseDurationSeconds=1, renewTime=micro_time())
             lease["spec"] = spec
             await self.client.update(LEASES, lease)

@@ -1,4 +1,18 @@
-"""Fakes of the cluster for the router-proxy's unit tests: an object API and a cache view."""
+"""Fakes of the cluster for the router-proxy's unit tests: an object API and a cache view.
+
+:class:`FakeApi` accepts and refuses writes as the real kube-apiserver does (the e2e test
+``tests/e2e/test_fake_api_contract.py`` runs the same scenarios against both):
+
+* an update whose ``metadata.resourceVersion`` differs from the stored one is 409 Conflict;
+* an update **without** a resourceVersion is an unconditional write for built-in kinds whose
+  strategy allows it (Leases: accepted, last write wins), but 422 Invalid for custom resources
+  (``metadata.resourceVersion: Invalid value: 0x0: must be specified for an update``);
+* create of an existing name is 409 AlreadyExists; get/update of a missing one 404.
+
+Faults a test can inject: :attr:`broken` (every call 500), :attr:`conflicts` (someone writes just
+before our next update), :attr:`lost_answers` (the write lands, the reply is an error), and
+:attr:`hang` (calls never answer, for time limits).
+"""
 
 from __future__ import annotations
 
@@ -6,21 +20,47 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from controlplane.runtime.errors import AlreadyExists, Conflict, InternalError, NotFound
+import anyio
+
+from controlplane.runtime.errors import (
+    AlreadyExists,
+    Conflict,
+    InternalError,
+    Invalid,
+    NotFound,
+    TransportError,
+)
 from controlplane.runtime.resources import Resource
 
 Object = dict[str, Any]
+#: Built-in kinds whose updates may omit resourceVersion (their strategy allows it).
+UNCONDITIONAL_UPDATES = {"leases", "configmaps", "deployments", "pods", "services"}
 
 
 class FakeApi:
-    """get/create/update with resourceVersions, 409s on stale writes, and injectable failures."""
+    """get/create/update with the API server's resourceVersion rules and injectable faults."""
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str], Object] = {}
         self.version = 0
         self.writes: list[tuple[str, str, Object]] = []
         self.conflicts: dict[str, int] = {}  # plural -> how many next updates answer 409
+        self.lost_answers: dict[str, int] = {}  # plural -> writes that land but answer an error
         self.broken = False
+        self.hang = False
+        self.calls = 0
+
+    async def _enter(self) -> None:
+        self.calls += 1
+        if self.hang:
+            await anyio.sleep_forever()
+        if self.broken:
+            raise InternalError(500, "InternalError", "etcd is down")
+
+    def _lose_answer(self, plural: str) -> None:
+        if self.lost_answers.get(plural, 0) > 0:
+            self.lost_answers[plural] -= 1
+            raise TransportError("the connection was reset after the write")
 
     def put(self, resource: Resource, obj: Object) -> Object:
         self.version += 1
@@ -30,23 +70,24 @@ class FakeApi:
         return copy.deepcopy(stored)
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Object:
-        if self.broken:
-            raise InternalError(500, "InternalError", "etcd is down")
+        await self._enter()
         found = self.objects.get((resource.plural, name))
         if found is None:
             raise NotFound(404, "NotFound", f"{name} not found")
         return copy.deepcopy(found)
 
     async def create(self, resource: Resource, obj: Object, namespace: str | None = None) -> Object:
-        if self.broken:
-            raise InternalError(500, "InternalError", "etcd is down")
+        await self._enter()
         name = obj["metadata"]["name"]
         if (resource.plural, name) in self.objects:
             raise AlreadyExists(409, "AlreadyExists", f"{name} exists")
         self.writes.append(("create", resource.plural, copy.deepcopy(obj)))
-        return self.put(resource, obj)
+        stored = self.put(resource, obj)
+        self._lose_answer(resource.plural)
+        return stored
 
     async def update(self, resource: Resource, obj: Object) -> Object:
+        await self._enter()
         name = obj["metadata"]["name"]
         current = self.objects.get((resource.plural, name))
         if current is None:
@@ -55,10 +96,19 @@ class FakeApi:
             self.conflicts[resource.plural] -= 1
             self.put(resource, current)  # someone else wrote in between
             raise Conflict(409, "Conflict", "the object has been modified")
-        if obj["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+        version = obj["metadata"].get("resourceVersion")
+        if not version and resource.plural not in UNCONDITIONAL_UPDATES:
+            raise Invalid(
+                422,
+                "Invalid",
+                "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
+            )
+        if version and version != current["metadata"]["resourceVersion"]:
             raise Conflict(409, "Conflict", "the object has been modified")
         self.writes.append(("update", resource.plural, copy.deepcopy(obj)))
-        return self.put(resource, obj)
+        stored = self.put(resource, obj)
+        self._lose_answer(resource.plural)
+        return stored
 
     def lease_writes(self) -> list[Object]:
         return [obj for _, plural, obj in self.writes if plural == "leases"]
@@ -85,3 +135,8 @@ class FakeView:
         self.pools[pool].setdefault("status", {})["residentMember"] = member
         self.isvcs[member]["status"] = {"phase": "Ready"}
         self.urls[member] = [f"http://127.0.0.1:9{len(member)}00"]
+
+    def start_draining(self, member: str) -> None:
+        """The pool controller has set ``member`` to 0: it is still resident but not Ready."""
+        self.isvcs[member]["status"] = {"phase": "Stopped"}
+        self.urls[member] = []

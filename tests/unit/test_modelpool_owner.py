@@ -7,17 +7,13 @@ from typing import Any
 import pytest
 
 from controlplane.api.v1alpha1.activation import (
+    POOL_LABEL,
     TARGET_ANNOTATION,
     pool_for_lease,
     pool_lease_name,
 )
-from controlplane.controllers.poolintent import (
-    Intent,
-    LeaseObserver,
-    OwnerReason,
-    choose_owner,
-    read_intent,
-)
+from controlplane.controllers.modelpool import map_lease
+from controlplane.controllers.poolintent import Intent, LeaseObserver, OwnerReason, choose_owner
 from controlplane.runtime.informer import DeletedFinalStateUnknown
 
 MEMBERS = ["a", "b", "c"]
@@ -28,9 +24,12 @@ def lease(
     target: str | None = "b",
     duration: Any = 15,
     renew: str = "2026-01-01T00:00:00.000000Z",
-    name: str = "modelpool-gpu",
+    name: str = "modelpool-pool-gpu",
+    pool: str | None = "gpu",
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": "ns"}
+    if pool is not None:
+        meta["labels"] = {POOL_LABEL: pool}
     if target is not None:
         meta["annotations"] = {TARGET_ANNOTATION: target}
     spec: dict[str, Any] = {"renewTime": renew}
@@ -49,34 +48,51 @@ class FakeClock:
         return self.now
 
 
-def test_the_lease_name_is_the_pool_name_with_a_prefix_and_maps_back() -> None:
-    assert pool_lease_name("gpu-0") == "modelpool-gpu-0"
-    assert pool_for_lease("modelpool-gpu-0") == "gpu-0"
-    assert pool_for_lease("modelpool-") is None
-    assert pool_for_lease("modelpool-operator-leader") == "operator-leader"  # any suffix is a pool
-    assert pool_for_lease("kube-scheduler") is None
+def test_a_pool_lease_is_known_by_its_label_and_its_name_together() -> None:
+    assert pool_lease_name("gpu-0") == "modelpool-pool-gpu-0"
+    assert pool_for_lease(lease(name="modelpool-pool-gpu-0", pool="gpu-0")) == "gpu-0"
+    assert pool_for_lease(lease(name="modelpool-pool-gpu-0", pool=None)) is None  # no label
+    assert pool_for_lease(lease(name="something-else", pool="gpu-0")) is None  # a copied label
+    assert pool_for_lease(lease(name="modelpool-pool-x", pool="gpu-0")) is None
+
+
+def test_the_operators_leader_lease_is_never_a_pool_intent_whatever_pools_are_called() -> None:
+    """A pool named ``operator`` used to own ``modelpool-operator``, the operator's leader Lease,
+    and was reconciled at every leader renewal, forever."""
+    leader = lease(name="modelpool-operator", pool=None, target=None)
+    assert pool_for_lease(leader) is None
+    assert list(map_lease(leader)) == []
+    assert pool_lease_name("operator") != "modelpool-operator"
+    observer = LeaseObserver(FakeClock())
+    observer.on_add(leader, True)
+    assert observer.intent(leader) is None
 
 
 @pytest.mark.parametrize(
-    ("record", "observed_at", "now", "expected"),
+    ("record", "now", "expected"),
     [
-        (lease(), 100.0, 100.0, Intent("router-0", "b", 15.0)),
-        (lease(), 100.0, 115.0, Intent("router-0", "b", 0.0)),  # exactly its duration: still valid
-        (lease(), 100.0, 115.5, None),  # unchanged for longer than its duration: expired
-        (lease(holder=None), 100.0, 100.0, None),  # released
-        (lease(holder=""), 100.0, 100.0, None),  # released (empty holder)
-        (lease(target=None), 100.0, 100.0, None),  # held, but asks for nothing
-        (lease(target=""), 100.0, 100.0, None),
-        (lease(duration=None), 100.0, 100.0, None),  # expiry cannot be judged
-        (lease(duration=0), 100.0, 100.0, None),
-        (lease(duration="15"), 100.0, 100.0, None),
-        (None, 100.0, 100.0, None),  # no Lease at all
+        (lease(), 100.0, Intent("router-0", "b", 15.0)),
+        (lease(), 115.0, Intent("router-0", "b", 0.0)),  # exactly its duration: still valid
+        (lease(), 115.5, None),  # unchanged for longer than its duration: expired
+        (lease(holder=None), 100.0, None),  # released
+        (lease(holder=""), 100.0, None),  # released (empty holder)
+        (lease(target=None), 100.0, None),  # held, but asks for nothing
+        (lease(target=""), 100.0, None),
+        (lease(duration=None), 100.0, None),  # expiry cannot be judged
+        (lease(duration=0), 100.0, None),
+        (lease(duration="15"), 100.0, None),
+        (lease(pool=None), 100.0, None),  # not a pool's Lease
+        (None, 100.0, None),  # no Lease at all
     ],
 )
-def test_read_intent(
-    record: dict[str, Any] | None, observed_at: float, now: float, expected: Intent | None
-) -> None:
-    assert read_intent(record, observed_at, now) == expected
+def test_intent(record: dict[str, Any] | None, now: float, expected: Intent | None) -> None:
+    clock = FakeClock()
+    clock.now = 100.0
+    observer = LeaseObserver(clock)
+    if record is not None:
+        observer.on_add(record, True)
+    clock.now = now
+    assert observer.intent(record) == expected
 
 
 def test_expiry_is_judged_from_when_we_saw_the_record_change_not_from_renew_time() -> None:
@@ -110,15 +126,17 @@ def test_a_lease_first_seen_by_a_reconcile_counts_from_then_and_deletion_forgets
     held = lease()
     assert observer.intent(held) == Intent("router-0", "b", 15.0)
     clock.now += 14
-    observer.on_delete(DeletedFinalStateUnknown("ns/modelpool-gpu", held))
+    observer.on_delete(DeletedFinalStateUnknown("ns/modelpool-pool-gpu", held))
     assert observer.intent(held) == Intent("router-0", "b", 15.0), "seen anew after deletion"
 
 
 def test_other_leases_are_not_tracked() -> None:
     clock = FakeClock()
     observer = LeaseObserver(clock)
-    observer.on_add(lease(name="kube-controller-manager"), True)
-    assert observer._seen == {}
+    other = lease(name="kube-controller-manager", pool=None)
+    observer.on_add(other, True)
+    clock.now += 100  # had it been observed at the start, its intent would have expired
+    assert observer.intent(lease(name="kube-controller-manager")) is None
 
 
 VALID = Intent("router-0", "b", 10.0)

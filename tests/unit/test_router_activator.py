@@ -1,21 +1,37 @@
 """The activator and the Lease coordinator against fakes of the cluster (no network).
 
 The test plays the pool controller: when the Lease names a target it makes that member the
-Ready resident in the fake caches and wakes the activator, as the informers would.
+Ready resident in the fake caches and wakes the activator, as the informers would. The fake API
+accepts and refuses writes as the real API server does (tests/unit/router_fakes.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import pytest
 
-from controlplane.api.v1alpha1.activation import TARGET_ANNOTATION
-from controlplane.router.activator import Activator
-from controlplane.router.errors import ActivationTimeout, LeaseUnavailable, PoolBusy
-from controlplane.router.lease import LeaseCoordinator
+from controlplane.api.v1alpha1.activation import (
+    POOL_LABEL,
+    TARGET_ANNOTATION,
+    pool_lease_name,
+    read_activation,
+)
+from controlplane.controllers.poolintent import LeaseObserver
+from controlplane.router import metrics
+from controlplane.router.activator import ISVC, Activator
+from controlplane.router.errors import (
+    ActivationFailed,
+    ActivationTimeout,
+    LeaseUnavailable,
+    PoolBusy,
+    ProxyStopping,
+)
+from controlplane.router.lease import LeaseCoordinator, Renewal
+from controlplane.router.retryafter import SwapHistory
 from controlplane.router.routing import Route
 from controlplane.runtime.resources import LEASES
 from tests.unit.router_fakes import FakeApi, FakeView
@@ -23,6 +39,7 @@ from tests.unit.router_fakes import FakeApi, FakeView
 pytestmark = pytest.mark.anyio
 
 ISVC_PLURAL = "inferenceservices"
+LEASE_NAME = pool_lease_name("gpu-0")
 Object = dict[str, Any]
 
 
@@ -34,60 +51,95 @@ class Clock:
         return self.now
 
 
-def cluster(budget: str = "300s") -> tuple[FakeView, FakeApi]:
-    from controlplane.router.activator import ISVC
-
+def cluster(
+    budget: str = "300s", members: tuple[str, ...] = ("a", "b", "c")
+) -> tuple[FakeView, FakeApi]:
     view, api = FakeView(), FakeApi()
     view.pools["gpu-0"] = {
         "spec": {
-            "members": [{"inferenceServiceRef": {"name": n}} for n in ("a", "b")],
+            "members": [{"inferenceServiceRef": {"name": n}} for n in members],
             "swapBudget": budget,
         },
         "status": {},
     }
-    for name in ("a", "b"):
+    for name in members:
         view.isvcs[name] = {"spec": {"replicas": 0}, "status": {"phase": "Stopped"}}
         api.put(ISVC, {"metadata": {"name": name}, "spec": {"replicas": 0}})
     view.make_resident("gpu-0", "a")
     return view, api
 
 
-async def until(done: Callable[[], bool]) -> None:
-    with anyio.fail_after(5):
+async def until(done: Callable[[], bool], timeout: float = 5) -> None:
+    with anyio.fail_after(timeout):
         while not done():  # noqa: ASYNC110 (the fakes have no events to wait on)
             await anyio.sleep(0.01)
 
 
 def lease(api: FakeApi) -> Object:
-    return api.objects[("leases", "modelpool-gpu-0")]
+    return api.objects[("leases", LEASE_NAME)]
 
 
-async def play_controller(view: FakeView, api: FakeApi, activator: Activator) -> None:
-    """When the Lease targets b, bring b up as the pool controller would."""
+def holder(api: FakeApi) -> str:
+    found = api.objects.get(("leases", LEASE_NAME))
+    return read_activation(found).holder if found else ""
+
+
+def claims_by(api: FakeApi, identity: str) -> list[Object]:
+    """Lease writes that (re)took it for a target: creates, and updates that set a new target
+    or a new holder."""
+    out: list[Object] = []
+    previous: tuple[str, str | None] = ("", None)
+    for obj in api.lease_writes():
+        activation = read_activation(obj)
+        now = (activation.holder, activation.target)
+        if activation.holder == identity and now != previous:
+            out.append(obj)
+        previous = now
+    return out
+
+
+async def play_controller(view: FakeView, api: FakeApi, activator: Activator) -> str:
+    """When the Lease targets a member, bring it up as the pool controller would."""
     while True:
-        found = api.objects.get(("leases", "modelpool-gpu-0"))
-        if found and found["spec"].get("holderIdentity"):
-            target = found["metadata"]["annotations"][TARGET_ANNOTATION]
+        found = api.objects.get(("leases", LEASE_NAME))
+        if found and read_activation(found).requested:
+            target = str(read_activation(found).target)
             view.make_resident("gpu-0", target)
             activator.notifier.notify()
-            return
+            return target
         await anyio.sleep(0.01)
+
+
+@asynccontextmanager
+async def running(activator: Activator) -> AsyncIterator[anyio.abc.TaskGroup]:
+    async with anyio.create_task_group() as group:
+        group.start_soon(activator.start)
+        await until(lambda: activator._group is not None)
+        yield group
+        group.cancel_scope.cancel()
+
+
+def new_activator(view: FakeView, api: FakeApi, identity: str = "me", **kw: Any) -> Activator:
+    duration = kw.pop("duration", 45)
+    coordinator = LeaseCoordinator(api, "ns", identity, duration=duration)
+    return Activator(view, coordinator, api, "ns", linger_grace=kw.pop("linger_grace", 0.2), **kw)
+
+
+# -- fast path, coalescing, budget ---------------------------------------------------------------
 
 
 async def test_fast_path_forwards_to_the_resident_without_a_claim() -> None:
     view, api = cluster()
-    activator = Activator(view, LeaseCoordinator(api, "ns", "me"), api, "ns")
+    activator = new_activator(view, api)
     assert await activator.upstream(Route("llama", "a", "gpu-0")) == view.urls["a"][0]
     assert api.lease_writes() == []
 
 
 async def test_concurrent_requests_coalesce_onto_one_claim_and_the_lease_is_released() -> None:
     view, api = cluster()
-    activator = Activator(view, LeaseCoordinator(api, "ns", "me"), api, "ns")
+    activator = new_activator(view, api)
     urls: list[str] = []
-    async with anyio.create_task_group() as group:
-        group.start_soon(activator.start)
-        await activator._started.wait()
+    async with running(activator) as group:
 
         async def ask() -> None:
             urls.append(await activator.upstream(Route("qwen", "b", "gpu-0")))
@@ -96,56 +148,52 @@ async def test_concurrent_requests_coalesce_onto_one_claim_and_the_lease_is_rele
             group.start_soon(ask)
         await play_controller(view, api, activator)
         await until(lambda: not (len(urls) < 5 or activator.swaps))
-        group.cancel_scope.cancel()
     assert urls == [view.urls["b"][0]] * 5
-    claims = [w for w in api.lease_writes() if w["spec"].get("holderIdentity") == "me"]
+    claims = claims_by(api, "me")
     assert len(claims) == 1
     assert claims[0]["metadata"]["annotations"][TARGET_ANNOTATION] == "b"
-    assert lease(api)["spec"]["holderIdentity"] == ""
+    assert claims[0]["metadata"]["labels"] == {POOL_LABEL: "gpu-0"}
+    assert holder(api) == ""
     assert TARGET_ANNOTATION not in lease(api)["metadata"]["annotations"]
 
 
-async def test_budget_elapsed_is_503_timeout_and_the_holder_scales_the_target_down() -> None:
+async def test_budget_elapsed_is_503_and_an_unattended_holder_scales_the_target_down() -> None:
     view, api = cluster(budget="300ms")
     api.objects[(ISVC_PLURAL, "b")]["spec"]["replicas"] = 1  # the controller had scaled it up
     api.conflicts[ISVC_PLURAL] = 1  # and writes once more while we scale down
-    activator = Activator(view, LeaseCoordinator(api, "ns", "me"), api, "ns")
-    async with anyio.create_task_group() as group:
-        group.start_soon(activator.start)
-        await activator._started.wait()
+    conflicts = metrics.MEMBER_WRITE_CONFLICTS.labels("gpu-0", "b")
+    before = conflicts._value.get()
+    activator = new_activator(view, api)
+    async with running(activator):
         with pytest.raises(ActivationTimeout) as caught:
             await activator.upstream(Route("qwen", "b", "gpu-0"))
-        await until(lambda: not (activator.swaps))
-        group.cancel_scope.cancel()
+        await until(lambda: not activator.swaps, timeout=15)  # after its linger
     assert caught.value.status == 503
-    assert caught.value.headers()["Retry-After"]
+    assert int(caught.value.headers()["Retry-After"]) >= 1
     assert caught.value.code == "pool_activation_timeout"
     assert api.objects[(ISVC_PLURAL, "b")]["spec"]["replicas"] == 0
-    assert lease(api)["spec"]["holderIdentity"] == ""
+    assert conflicts._value.get() == before + 1, "the 409 is a counted MemberWriteConflict"
+    assert holder(api) == ""
 
 
 async def test_a_busy_incumbent_is_not_preempted_and_the_answer_is_pool_busy() -> None:
     view, api = cluster(budget="300ms")
-    activator = Activator(view, LeaseCoordinator(api, "ns", "me"), api, "ns")
+    activator = new_activator(view, api)
     release = activator.inflight.track("a")
-    async with anyio.create_task_group() as group:
-        group.start_soon(activator.start)
-        await activator._started.wait()
-        with pytest.raises(PoolBusy):
+    async with running(activator):
+        with pytest.raises(PoolBusy) as caught:
             await activator.upstream(Route("qwen", "b", "gpu-0"))
-        group.cancel_scope.cancel()
     release()
     assert api.lease_writes() == []
+    assert int(caught.value.headers()["Retry-After"]) >= 1
 
 
 async def test_the_claim_follows_the_incumbent_going_idle() -> None:
     view, api = cluster()
-    activator = Activator(view, LeaseCoordinator(api, "ns", "me"), api, "ns")
+    activator = new_activator(view, api)
     release = activator.inflight.track("a")
-    async with anyio.create_task_group() as group:
-        group.start_soon(activator.start)
-        await activator._started.wait()
-        result: list[str] = []
+    result: list[str] = []
+    async with running(activator) as group:
 
         async def ask() -> None:
             result.append(await activator.upstream(Route("qwen", "b", "gpu-0")))
@@ -156,54 +204,144 @@ async def test_the_claim_follows_the_incumbent_going_idle() -> None:
         release()
         await play_controller(view, api, activator)
         await until(lambda: bool(result))
-        group.cancel_scope.cancel()
+
+
+async def test_a_failed_target_is_502_and_the_holder_scales_it_down_and_releases() -> None:
+    view, api = cluster()
+    api.objects[(ISVC_PLURAL, "b")]["spec"]["replicas"] = 1
+    activator = new_activator(view, api)
+    async with running(activator) as group:
+        errors: list[ActivationFailed] = []
+
+        async def ask() -> None:
+            try:
+                await activator.upstream(Route("qwen", "b", "gpu-0"))
+            except ActivationFailed as err:
+                errors.append(err)
+
+        group.start_soon(ask)
+        await until(lambda: holder(api) == "me")
+        view.isvcs["b"]["status"] = {"phase": "Failed"}
+        activator.notifier.notify()
+        await until(lambda: bool(errors) and not activator.swaps)
+    assert errors[0].status == 502
+    assert api.objects[(ISVC_PLURAL, "b")]["spec"]["replicas"] == 0
+    assert holder(api) == ""
+
+
+# -- one swap driver per pool (defect 1) ---------------------------------------------------------
+
+
+async def test_one_replica_never_retargets_its_own_running_swap() -> None:
+    """Resident a is being drained for b; a request for a arrives 0.3 s later. It must wait
+    behind b's swap (as behind another replica's), never retarget the Lease under it."""
+    view, api = cluster()
+    activator = new_activator(view, api)
+    answers: dict[str, str] = {}
+    async with running(activator) as group:
+
+        async def ask(member: str) -> None:
+            answers[member] = await activator.upstream(Route(member, member, "gpu-0"))
+
+        group.start_soon(ask, "b")
+        await until(lambda: holder(api) == "me")
+        view.start_draining("a")  # the pool controller drains a for b
+        activator.notifier.notify()
+        group.start_soon(ask, "a")
+        await anyio.sleep(0.3)
+        targets = {
+            read_activation(w).target for w in api.lease_writes() if read_activation(w).holder
+        }
+        assert targets == {"b"}, "the Lease was retargeted while b's swap ran"
+        assert "b" not in answers
+        await play_controller(view, api, activator)  # b comes up
+        await until(lambda: "b" in answers)
+        # then a's swap runs, on its own claim
+        view.start_draining("b")
+        activator.notifier.notify()
+        await until(lambda: read_activation(lease(api)).target == "a")
+        await play_controller(view, api, activator)
+        await until(lambda: "a" in answers and not activator.swaps)
+    assert [read_activation(c).target for c in claims_by(api, "me")] == ["b", "a"]
+
+
+async def test_claim_renew_and_release_check_the_target_as_well_as_the_holder() -> None:
+    _, api = cluster()
+    mine = LeaseCoordinator(api, "ns", "me")
+    assert (await mine.claim("gpu-0", "b")).held
+    other_target = await mine.claim("gpu-0", "c")
+    assert (other_target.held, other_target.holder, other_target.target) == (False, "me", "b")
+    assert await mine.renew("gpu-0", "c") is Renewal.LOST
+    assert await mine.release("gpu-0", "c") is False
+    assert read_activation(lease(api)).is_claim_of("me", "b"), "another swap's claim was cleared"
+    assert await mine.renew("gpu-0", "b") is Renewal.RENEWED
+    assert await mine.release("gpu-0", "b") is True
+    assert holder(api) == ""
 
 
 async def test_lease_held_by_another_replica_for_another_target_waits_then_claims() -> None:
     view, api = cluster()
     other = LeaseCoordinator(api, "ns", "other")
     assert (await other.claim("gpu-0", "c")).held
-    activator = Activator(view, LeaseCoordinator(api, "ns", "me"), api, "ns")
-    async with anyio.create_task_group() as group:
-        group.start_soon(activator.start)
-        await activator._started.wait()
-        result: list[str] = []
+    activator = new_activator(view, api)
+    result: list[str] = []
+    async with running(activator) as group:
 
         async def ask() -> None:
             result.append(await activator.upstream(Route("qwen", "b", "gpu-0")))
 
         group.start_soon(ask)
         await anyio.sleep(0.3)
-        assert lease(api)["spec"]["holderIdentity"] == "other"
-        await other.release("gpu-0")
+        assert holder(api) == "other"
+        await other.release("gpu-0", "c")
         await play_controller(view, api, activator)
         await until(lambda: bool(result))
-        group.cancel_scope.cancel()
     assert result == [view.urls["b"][0]]
 
 
-async def test_lease_api_errors_are_503_lease_unavailable() -> None:
-    view, api = cluster()
+# -- the Lease: claims, expiry, renewal (defects 6, 7) -------------------------------------------
+
+
+async def test_lease_api_errors_hold_the_request_then_503_lease_unavailable() -> None:
+    view, api = cluster(budget="500ms")
     api.broken = True
-    activator = Activator(view, LeaseCoordinator(api, "ns", "me"), api, "ns")
-    async with anyio.create_task_group() as group:
-        group.start_soon(activator.start)
-        await activator._started.wait()
+    activator = new_activator(view, api)
+    async with running(activator):
         with pytest.raises(LeaseUnavailable) as caught:
             await activator.upstream(Route("qwen", "b", "gpu-0"))
-        group.cancel_scope.cancel()
-    assert caught.value.headers()["Retry-After"]
+    assert int(caught.value.headers()["Retry-After"]) >= 1
+    assert caught.value.code == "pool_lease_unavailable"
 
 
-async def test_claim_rereads_after_a_409_and_wins() -> None:
-    _, api = cluster()
-    first = LeaseCoordinator(api, "ns", "x")
-    assert (await first.claim("gpu-0", "a")).held
-    await first.release("gpu-0")
-    api.conflicts["leases"] = 1
-    claim = await LeaseCoordinator(api, "ns", "me").claim("gpu-0", "b")
-    assert claim.held
-    assert lease(api)["spec"]["holderIdentity"] == "me"
+async def test_a_claim_whose_answer_was_lost_is_released_when_its_swap_ends() -> None:
+    """The create lands but its reply is an error: the intent must not outlive the swap."""
+    view, api = cluster(budget="300ms")
+    api.lost_answers["leases"] = 1
+    api.objects[(ISVC_PLURAL, "b")]["spec"]["replicas"] = 1  # the controller acted on the intent
+    activator = new_activator(view, api)
+    async with running(activator):
+        with pytest.raises((ActivationTimeout, LeaseUnavailable)):
+            await activator.upstream(Route("qwen", "b", "gpu-0"))
+        await until(lambda: not activator.swaps, timeout=15)
+    assert holder(api) == "", "the lost claim still holds the pool's Lease"
+    assert api.objects[(ISVC_PLURAL, "b")]["spec"]["replicas"] == 0
+
+
+async def test_a_claim_whose_answer_was_lost_is_found_ours_and_the_swap_goes_on() -> None:
+    view, api = cluster()
+    api.lost_answers["leases"] = 1
+    activator = new_activator(view, api)
+    result: list[str] = []
+    async with running(activator) as group:
+
+        async def ask() -> None:
+            result.append(await activator.upstream(Route("qwen", "b", "gpu-0")))
+
+        group.start_soon(ask)
+        await play_controller(view, api, activator)
+        await until(lambda: bool(result) and not activator.swaps)
+    assert holder(api) == ""
+    assert len(claims_by(api, "me")) == 1
 
 
 async def test_a_live_holder_is_respected_and_an_expired_one_taken_over_by_observation() -> None:
@@ -221,18 +359,37 @@ async def test_a_live_holder_is_respected_and_an_expired_one_taken_over_by_obser
     assert lease(api)["spec"]["leaseTransitions"] == 1
 
 
+async def test_claim_rereads_after_a_409_and_wins() -> None:
+    _, api = cluster()
+    first = LeaseCoordinator(api, "ns", "x")
+    assert (await first.claim("gpu-0", "a")).held
+    await first.release("gpu-0", "a")
+    api.conflicts["leases"] = 1
+    claim = await LeaseCoordinator(api, "ns", "me").claim("gpu-0", "b")
+    assert claim.held
+    assert holder(api) == "me"
+
+
+async def test_a_lease_of_our_name_that_is_not_a_pools_is_never_written_over() -> None:
+    _, api = cluster()
+    api.put(LEASES, {"metadata": {"name": LEASE_NAME}, "spec": {"holderIdentity": ""}})
+    with pytest.raises(LeaseUnavailable, match=POOL_LABEL):
+        await LeaseCoordinator(api, "ns", "me").claim("gpu-0", "b")
+    assert api.lease_writes() == []
+
+
 async def test_release_is_idempotent_and_never_touches_another_holder() -> None:
     _, api = cluster()
     mine = LeaseCoordinator(api, "ns", "me")
-    await mine.release("gpu-0")  # no Lease at all
+    assert await mine.release("gpu-0", "b") is False  # no Lease at all
     assert (await mine.claim("gpu-0", "b")).held
-    await mine.release("gpu-0")
+    assert await mine.release("gpu-0", "b") is True
     writes = len(api.lease_writes())
-    await mine.release("gpu-0")
+    assert await mine.release("gpu-0", "b") is False
     assert len(api.lease_writes()) == writes
     assert (await LeaseCoordinator(api, "ns", "other").claim("gpu-0", "a")).held
-    await mine.release("gpu-0")
-    assert lease(api)["spec"]["holderIdentity"] == "other"
+    await mine.release("gpu-0", "a")
+    assert holder(api) == "other"
 
 
 async def test_renew_reports_a_lost_lease() -> None:
@@ -240,10 +397,154 @@ async def test_renew_reports_a_lost_lease() -> None:
     clock = Clock()
     mine = LeaseCoordinator(api, "ns", "me")
     assert (await mine.claim("gpu-0", "b")).held
-    assert await mine.renew("gpu-0", "b")
+    assert await mine.renew("gpu-0", "b") is Renewal.RENEWED
     thief = LeaseCoordinator(api, "ns", "thief", clock=clock)
     await thief.claim("gpu-0", "a")
     clock.now += 100
     assert (await thief.claim("gpu-0", "a")).held
-    assert not await mine.renew("gpu-0", "b")
-    assert LEASES.plural == "leases"
+    assert await mine.renew("gpu-0", "b") is Renewal.LOST
+
+
+async def test_the_renew_interval_and_call_limit_follow_the_lease_duration() -> None:
+    coordinator = LeaseCoordinator(FakeApi(), "ns", "me", duration=12)
+    assert coordinator.renew_interval == 4
+    assert 0 < coordinator.call_timeout < coordinator.renew_interval
+
+
+async def test_the_intent_never_lapses_for_the_controller_while_a_slow_swap_runs() -> None:
+    """The pool controller judges expiry on its own clock from when it saw the record change;
+    a holder that renews too late (or never) lets the intent lapse mid-swap."""
+    view, api = cluster()
+    activator = new_activator(view, api, duration=1)  # renews every 1/3 s
+    observer = LeaseObserver()
+    lapses: list[float] = []
+    async with running(activator) as group:
+
+        async def ask() -> None:
+            await activator.upstream(Route("qwen", "b", "gpu-0"))
+
+        group.start_soon(ask)
+        await until(lambda: holder(api) == "me")
+        with anyio.move_on_after(2.6):  # more than two Lease durations
+            while True:
+                current = lease(api)
+                observer.on_update(current, current)
+                if observer.intent(current) is None:
+                    lapses.append(anyio.current_time())
+                await anyio.sleep(0.02)
+        await play_controller(view, api, activator)
+        await until(lambda: not activator.swaps)
+    assert lapses == [], "the controller saw the intent expire while the swap was running"
+
+
+async def test_a_hung_renew_is_cut_short_and_a_holder_that_cannot_renew_counts_it_lost() -> None:
+    view, api = cluster()
+    activator = new_activator(view, api, duration=1)
+    async with running(activator) as group:
+
+        async def ask() -> None:
+            with pytest.raises((ActivationTimeout, LeaseUnavailable, ProxyStopping)):
+                await activator.upstream(Route("qwen", "b", "gpu-0"))
+
+        group.start_soon(ask)
+        await until(lambda: holder(api) == "me")
+        calls = api.calls
+        api.hang = True  # every call from now on hangs
+        swap = activator.swaps[("gpu-0", "b")]
+        await until(lambda: not swap.holding, timeout=1.5)  # within the duration plus one renew
+        assert api.calls - calls >= 2, "one hung renew call blocked the holder"
+        api.hang = False
+
+
+# -- validation and stopping (defects 3, 5) ------------------------------------------------------
+
+
+async def test_a_stopping_replica_answers_held_requests_503_and_claims_nothing_more() -> None:
+    view, api = cluster()
+    activator = new_activator(view, api)
+    errors: list[ProxyStopping] = []
+    async with anyio.create_task_group() as outer:
+        async with anyio.create_task_group() as group:
+            group.start_soon(activator.start)
+            await until(lambda: activator._group is not None)
+
+            async def ask(member: str) -> None:
+                try:
+                    await activator.upstream(Route(member, member, "gpu-0"))
+                except ProxyStopping as err:
+                    errors.append(err)
+
+            for member in ("b", "b", "c"):
+                outer.start_soon(ask, member)
+            await until(lambda: holder(api) == "me")
+            writes = len(claims_by(api, "me"))
+            group.cancel_scope.cancel()  # SIGTERM: the manager cancels its runnables
+        await until(lambda: len(errors) == 3)
+    assert all(e.status == 503 and int(e.headers()["Retry-After"]) >= 1 for e in errors)
+    assert len(claims_by(api, "me")) == writes, "a stopping replica claimed again"
+    assert holder(api) == ""
+    with pytest.raises(ProxyStopping):
+        await activator.upstream(Route("c", "c", "gpu-0"))
+
+
+# -- Retry-After and slow loaders (defect 10) ----------------------------------------------------
+
+
+def test_retry_after_comes_from_measured_swap_times() -> None:
+    history = SwapHistory()
+    assert history.retry_after("p", "b", elapsed=3.0, cap=300) == 3  # nothing seen: as long again
+    assert history.retry_after("p", "b", elapsed=0.2, cap=300) == 1  # at least 1 s
+    assert history.retry_after("p", "b", elapsed=900.0, cap=300) == 300  # at most the budget
+    for seconds in [10.0] * 9 + [40.0]:
+        history.record("p", "b", seconds)
+    assert history.retry_after("p", "b", elapsed=4.0, cap=300) == 6  # p90 10 s, 4 s gone
+    history.record("p", "b", 40.0)
+    assert history.retry_after("p", "b", elapsed=4.0, cap=300) == 36  # p90 is now 40 s
+    assert history.retry_after("p", "c", elapsed=4.0, cap=300) == 4  # per target
+
+
+async def test_a_member_slower_than_the_budget_still_becomes_resident_for_a_retrying_client() -> (
+    None
+):
+    """Budget 0.4 s, the member takes ~1.2 s: the first request is 503 with Retry-After, the
+    swap lingers for the retry, the retry is answered, and the target was never scaled down."""
+    view, api = cluster(budget="400ms")
+    api.objects[(ISVC_PLURAL, "b")]["spec"]["replicas"] = 1
+    activator = new_activator(view, api)
+    async with running(activator) as group:
+
+        async def load_slowly() -> None:
+            await until(lambda: holder(api) == "me")
+            await anyio.sleep(1.2)
+            await play_controller(view, api, activator)
+
+        group.start_soon(load_slowly)
+        with pytest.raises(ActivationTimeout) as first:
+            await activator.upstream(Route("qwen", "b", "gpu-0"))
+        await anyio.sleep(int(first.value.headers()["Retry-After"]) - 0.4)
+        assert await activator.upstream(Route("qwen", "b", "gpu-0")) == view.urls["b"][0]
+        await until(lambda: not activator.swaps)
+    assert api.objects[(ISVC_PLURAL, "b")]["spec"]["replicas"] == 1, "the target was scaled down"
+    assert len(claims_by(api, "me")) == 1
+    assert activator.history.expected("gpu-0", "b") is not None
+
+
+async def test_swaps_are_counted_only_by_the_replica_that_drove_them() -> None:
+    view, api = cluster()
+    counted = metrics.SWAPS_TOTAL.labels("gpu-0", "a", "b")
+    before = counted._value.get()
+    driver, follower = new_activator(view, api, "driver"), new_activator(view, api, "follower")
+    async with running(driver) as group, running(follower):
+        answered: list[str] = []
+
+        async def ask(activator: Activator) -> None:
+            answered.append(await activator.upstream(Route("qwen", "b", "gpu-0")))
+
+        group.start_soon(ask, driver)
+        await until(lambda: holder(api) == "driver")
+        group.start_soon(ask, follower)
+        await anyio.sleep(0.1)
+        await play_controller(view, api, driver)
+        follower.notifier.notify()
+        await until(lambda: len(answered) == 2 and not driver.swaps and not follower.swaps)
+    assert counted._value.get() == before + 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -18,6 +19,7 @@ from controlplane.router.errors import (
 )
 from controlplane.router.lease import LeaseCoordinator
 from controlplane.router.routing import Route, parse_duration, resolve, routing_table, validate_body
+from controlplane.runtime.metrics import REGISTRY
 from tests.unit.router_fakes import FakeApi, FakeView
 
 Object = dict[str, Any]
@@ -78,15 +80,44 @@ def test_no_model_and_no_default_is_400() -> None:
 
 
 @pytest.mark.parametrize(
-    "raw", [b"{not json", b"[1, 2]", b'"text"', b'{"messages": "hi"}', b'{"model": 3}']
+    ("raw", "named"),
+    [
+        (b"{not json", "parse"),
+        (b"[1, 2]", "JSON object"),
+        (b'"text"', "JSON object"),
+        (b'{"messages": "hi"}', "`messages`"),
+        (b'{"model": 3, "messages": [{"role": "user"}]}', "`model`"),
+        (b'{"model": "m"}', "`messages`"),  # a cross-model request with nothing to answer
+        (b'{"model": "m", "messages": []}', "`messages`"),
+        (b'{"model": "m", "messages": ["hi"]}', "`messages[0]`"),
+        (b'{"model": "m", "messages": [{"role": "user"}], "stream": "yes"}', "`stream`"),
+    ],
 )
-def test_malformed_bodies_are_invalid(raw: bytes) -> None:
-    with pytest.raises(InvalidRequest):
+def test_malformed_bodies_are_invalid_and_the_error_names_what_is_wrong(
+    raw: bytes, named: str
+) -> None:
+    with pytest.raises(InvalidRequest, match=re.escape(named)):
         validate_body(raw)
 
 
-def test_a_good_body_passes() -> None:
-    assert validate_body(b'{"model": "m", "messages": []}') == {"model": "m", "messages": []}
+@pytest.mark.parametrize(
+    ("path", "body", "named"),
+    [
+        ("/v1/completions", b'{"model": "m"}', "`prompt`"),
+        ("/v1/completions", b'{"model": "m", "prompt": 3}', "`prompt`"),
+        ("/v1/embeddings", b'{"model": "m"}', "`input`"),
+    ],
+)
+def test_each_path_requires_its_own_field(path: str, body: bytes, named: str) -> None:
+    with pytest.raises(InvalidRequest, match=named):
+        validate_body(body, path)
+
+
+def test_good_bodies_pass() -> None:
+    chat = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}'
+    assert validate_body(chat)["stream"] is True
+    assert validate_body(b'{"prompt": "hi"}', "/v1/completions") == {"prompt": "hi"}
+    assert validate_body(b'{"input": ["a"]}', "/v1/embeddings") == {"input": ["a"]}
 
 
 @pytest.mark.parametrize(
@@ -117,16 +148,28 @@ def test_503_errors_carry_retry_after_and_their_reason() -> None:
         assert set(error.body()["error"]) == {"message", "type", "code"}
 
 
-def _client(ready: bool = True) -> httpx.AsyncClient:
-    """The proxy app in-process (no socket), as the simulator's unit tests drive theirs."""
+def _client(ready: bool = True, api: FakeApi | None = None) -> httpx.AsyncClient:
+    """The proxy app in-process (no socket), as the simulator's unit tests drive theirs. Its
+    activator is not running: a request that got as far as being held would fail loudly."""
     view = FakeView()
-    api = FakeApi()
+    api = api or FakeApi()
     activator = Activator(view, LeaseCoordinator(api, "ns", "me"), api, "ns")
     context = ProxyContext(
-        lambda: ROUTER, POOLS.get, ISVCS.get, lambda: [] if ready else ["caches not synced"]
+        lambda: ROUTER,
+        POOLS.get,
+        ISVCS.get,
+        lambda: [] if ready else ["caches not synced"],
+        max_body_bytes=1024,
     )
     app = build_app(context, activator, httpx.AsyncClient())
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
+
+
+def _answered(code: str, reason: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "modelpool_proxy_requests_total", {"model": "-", "code": code, "reason": reason}
+    )
+    return value or 0.0
 
 
 @pytest.mark.anyio
@@ -141,9 +184,44 @@ async def test_http_400_is_an_openai_error(raw: bytes) -> None:
 
 
 @pytest.mark.anyio
+async def test_an_invalid_body_for_a_parked_member_is_400_and_never_moves_the_slot() -> None:
+    """``llama-3-8b`` (member a) is parked; a body without ``messages`` used to be held, force
+    the swap, and only then get the member's 400."""
+    api = FakeApi()
+    before = _answered("400", "invalid_request")
+    async with _client(api=api) as client:
+        response = await client.post("/v1/chat/completions", json={"model": "llama-3-8b"})
+    assert response.status_code == 400
+    assert "`messages`" in response.json()["error"]["message"]
+    assert api.calls == 0, "the slot was moved for a bad request"
+    assert _answered("400", "invalid_request") == before + 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("chunked", [False, True])
+async def test_an_oversized_body_is_413_before_it_is_read_whole(chunked: bool) -> None:
+    api = FakeApi()
+    body = b'{"model": "llama-3-8b", "messages": [{"role": "user", "content": "' + b"x" * 4096
+    body += b'"}]}'
+
+    async def stream() -> Any:
+        for i in range(0, len(body), 512):
+            yield body[i : i + 512]
+
+    async with _client(api=api) as client:
+        content: Any = stream() if chunked else body
+        response = await client.post("/v1/chat/completions", content=content)
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "request_too_large"
+    assert "1024 bytes" in response.json()["error"]["message"]
+    assert api.calls == 0
+
+
+@pytest.mark.anyio
 async def test_http_unknown_model_is_404() -> None:
     async with _client() as client:
-        response = await client.post("/v1/chat/completions", json={"model": "nope", "messages": []})
+        body = {"model": "nope", "messages": [{"role": "user", "content": "hi"}]}
+        response = await client.post("/v1/chat/completions", json=body)
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "model_not_found"
 
