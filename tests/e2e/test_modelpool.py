@@ -14,7 +14,6 @@ from __future__ import annotations
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,12 @@ import httpx
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
-from controlplane.api.v1alpha1.activation import TARGET_ANNOTATION, pool_lease_name
+from controlplane.api.v1alpha1.activation import (
+    claimed,
+    new_pool_lease,
+    pool_lease_name,
+    released,
+)
 from controlplane.controllers.inferenceservice import ISVC_LABEL
 from controlplane.controllers.modelpool import CONTROLLER_NAME
 from controlplane.runtime.client import KubeClient
@@ -168,28 +172,18 @@ async def take_lease(
     admin: KubeClient, namespace: str, pool: str, target: str, duration: int = 60
 ) -> None:
     """Play the activator: hold the pool's Lease with ``target`` as the wanted member."""
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    name = pool_lease_name(pool)
-    spec = {"holderIdentity": HOLDER, "leaseDurationSeconds": duration,
-            "acquireTime": now, "renewTime": now}  # fmt: skip
     try:
-        lease = await admin.get(LEASES, name, namespace)
+        lease = await admin.get(LEASES, pool_lease_name(pool), namespace)
     except NotFound:
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": name, "annotations": {TARGET_ANNOTATION: target}},
-                "spec": spec}  # fmt: skip
-        await admin.create(LEASES, body, namespace)
+        await admin.create(LEASES, new_pool_lease(namespace, pool, HOLDER, target, duration))
         return
-    lease["metadata"].setdefault("annotations", {})[TARGET_ANNOTATION] = target
-    lease["spec"] = {**lease.get("spec", {}), **spec}
-    await admin.update(LEASES, lease)
+    await admin.update(LEASES, claimed(lease, HOLDER, target, duration))
 
 
 async def release_lease(admin: KubeClient, namespace: str, pool: str) -> None:
-    """Release as the activator does: clear the holder (the record stays)."""
+    """Release as the activator does: clear the holder and the target (the record stays)."""
     lease = await admin.get(LEASES, pool_lease_name(pool), namespace)
-    lease["spec"]["holderIdentity"] = None
-    await admin.update(LEASES, lease)
+    await admin.update(LEASES, released(lease))
 
 
 async def set_slots_mode(url: str, mode: str) -> None:

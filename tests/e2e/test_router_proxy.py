@@ -51,23 +51,28 @@ def started() -> Iterator[list[LocalProcess]]:
         yield processes
 
 
-def isvc_body(name: str, replicas: int) -> Object:
+def isvc_body(name: str, replicas: int, load_seconds: float | None = None) -> Object:
+    args = ["--parallel", "2"]
+    if load_seconds is not None:
+        args += ["--sim-load-seconds", str(load_seconds)]  # the node stand-in's per-member load
     return {
         "apiVersion": "inference.modelpool.dev/v1alpha1",
         "kind": "InferenceService",
         "metadata": {"name": name},
         "spec": {
             "model": {"name": f"model-{name}", "source": f"/models/{name}.gguf"},
-            "args": ["--parallel", "2"],
+            "args": args,
             "replicas": replicas,
         },
     }
 
 
-async def setup_pool(admin: KubeClient, namespace: str, budget: str) -> None:
+async def setup_pool(
+    admin: KubeClient, namespace: str, budget: str, b_load_seconds: float | None = None
+) -> None:
     """Members a (resident) and b, pool ``gpu-0`` and router ``router``, settled."""
-    for name, replicas in (("a", 1), ("b", 0)):
-        await admin.create(ISVC, isvc_body(name, replicas), namespace)
+    await admin.create(ISVC, isvc_body("a", 1), namespace)
+    await admin.create(ISVC, isvc_body("b", 0, b_load_seconds), namespace)
     pool = {
         "apiVersion": "inference.modelpool.dev/v1alpha1",
         "kind": "ModelPool",
@@ -226,7 +231,7 @@ async def test_fast_path_swap_coalescing_streaming_and_errors(
         assert arrivals[-1] - arrivals[0] > 0.1  # tokens came over time, not in one buffer
 
 
-async def test_budget_elapsed_is_503_and_the_holder_scales_the_target_down(
+async def test_a_member_slower_than_the_budget_is_reached_by_honouring_retry_after(
     cluster: TestCluster,
     admin: KubeClient,
     operator: OperatorProcess,
@@ -234,13 +239,42 @@ async def test_budget_elapsed_is_503_and_the_holder_scales_the_target_down(
     tmp_path: Path,
     started: list[LocalProcess],
 ) -> None:
+    """Budget 2 s, load 6 s: each 503 says when to come back, the swap lingers for that retry, and
+    a client that honours ``Retry-After`` gets its answer from the model it asked for."""
     start_node(cluster, tmp_path, started, namespace=namespace, load_seconds=6, token_seconds=0.05)
     await setup_pool(admin, namespace, "2s")
+    (proxy,) = await start_proxies(cluster, admin, namespace, tmp_path, started, 1)
+    answers = []
+    async with httpx.AsyncClient(timeout=30) as http:
+        for _ in range(6):
+            answer = await http.post(f"{proxy.url}/v1/chat/completions", json=chat("model-b"))
+            answers.append(answer)
+            if answer.status_code != 503:
+                break
+            assert answer.json()["error"]["code"] == "pool_activation_timeout"
+            await anyio.sleep(int(answer.headers["Retry-After"]))
+    assert answers[0].status_code == 503
+    assert answers[-1].status_code == 200, answers[-1].text
+    assert answers[-1].json()["model"] == "model-b"
+    assert "scaling it down" not in proxy.output()
+    assert await metric_sum(f"{proxy.url}/metrics", "modelpool_swaps_total") == 1.0
+
+
+async def test_a_swap_nobody_comes_back_for_is_abandoned_scaled_down_and_released(
+    cluster: TestCluster,
+    admin: KubeClient,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+) -> None:
+    start_node(cluster, tmp_path, started, namespace=namespace, load_seconds=1, token_seconds=0.05)
+    await setup_pool(admin, namespace, "2s", b_load_seconds=60)
     (proxy,) = await start_proxies(cluster, admin, namespace, tmp_path, started, 1)
     async with httpx.AsyncClient(timeout=30) as http:
         answer = await http.post(f"{proxy.url}/v1/chat/completions", json=chat("model-b"))
     assert answer.status_code == 503, answer.text
-    assert answer.headers["Retry-After"]
+    assert int(answer.headers["Retry-After"]) >= 1
     assert answer.json()["error"]["code"] == "pool_activation_timeout"
 
     async def withdrawn() -> bool:
