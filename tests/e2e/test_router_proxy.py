@@ -9,6 +9,7 @@ has members a (model ``model-a``, resident) and b (``model-b``); the ModelRouter
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -284,3 +285,40 @@ async def test_a_swap_nobody_comes_back_for_is_abandoned_scaled_down_and_release
     await eventually(withdrawn, timeout=TIMEOUT, what="b scaled down and the Lease released")
     assert "scaling it down" in proxy.output()
     assert await metric_sum(f"{proxy.url}/metrics", "modelpool_swaps_total") == 0.0
+
+
+async def test_sigterm_mid_swap_answers_the_held_request_503_and_claims_nothing_more(
+    cluster: TestCluster,
+    admin: KubeClient,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+) -> None:
+    """A held client used to be cut off at the server's graceful deadline with no answer, while
+    the held requests started new swap drivers in the cancelled task group."""
+    start_node(cluster, tmp_path, started, namespace=namespace, load_seconds=1, token_seconds=0.05)
+    await setup_pool(admin, namespace, "60s", b_load_seconds=30)
+    (proxy,) = await start_proxies(cluster, admin, namespace, tmp_path, started, 1)
+    answers: list[httpx.Response] = []
+    async with httpx.AsyncClient(timeout=30) as http, anyio.create_task_group() as group:
+
+        async def ask() -> None:
+            answers.append(
+                await http.post(f"{proxy.url}/v1/chat/completions", json=chat("model-b"))
+            )
+
+        for _ in range(3):
+            group.start_soon(ask)
+
+        async def claimed() -> bool:
+            return await lease_holder(admin, namespace) == proxy.identity
+
+        await eventually(claimed, timeout=TIMEOUT, what="the proxy to claim the pool's Lease")
+        proxy.popen.send_signal(signal.SIGTERM)
+    assert [a.status_code for a in answers] == [503] * 3, [a.text for a in answers]
+    assert {a.json()["error"]["code"] for a in answers} == {"proxy_stopping"}
+    assert all(int(a.headers["Retry-After"]) >= 1 for a in answers)
+    assert proxy.popen.wait(timeout=30) == 0
+    assert await lease_holder(admin, namespace) == "", "the stopping replica left its claim"
+    assert proxy.output().count("claimed the Lease for b") == 1
