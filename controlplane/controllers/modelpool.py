@@ -18,10 +18,19 @@ Each reconcile reads everything from the caches and acts in three steps:
    subresource only when it differs, with the cached ``resourceVersion``; events for a swap
    started, completed or abandoned, a deferral, and degradation.
 
+**The pool is the only authority on its members' replicas** (DESIGN 4.6): the write that sets the
+owner's ``replicas: 1`` also grants it the slot (``inference.modelpool.dev/granted-by: <pool>``,
+:mod:`~controlplane.controllers.poolgrant`), and the write that sets a member to 0 revokes it. The
+InferenceService controller never raises a member's Deployment without that grant, so a member
+whose ``replicas`` is unset (= 1) does not run merely for being applied.
+
 **Writes are optimistic.** A member is scaled by an update of the cached InferenceService, which
 carries its ``resourceVersion``: if anyone wrote it since (an activator scaling a failed target
-down, another controller), the API server answers 409 and the key is requeued; the next reconcile
-sees the newer object. Status writes are guarded the same way.
+down, another controller), the API server answers 409. That is a ``MemberWriteConflict``
+(:class:`MemberWriteConflict`): counted in ``modelpool_member_write_conflicts_total{pool,member}``,
+recorded as a Warning event on the pool, and the key is requeued, so the next reconcile decides
+again on the newer object; the refused write is never repeated as it was. Status writes are
+guarded the same way.
 
 **Driven by watches** (DESIGN 4.5): pools, their members, the members' Deployments, pods
 (``inference.modelpool.dev/inferenceservice`` label) and EndpointSlices
@@ -34,6 +43,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -48,6 +58,7 @@ from controlplane.api.v1alpha1.modelpool import (
     REASON_PODS_BUSY,
 )
 from controlplane.controllers.inferenceservice import ISVC_LABEL, PORT_NAME
+from controlplane.controllers.poolgrant import granted_by, lists_member, set_grant
 from controlplane.controllers.poolintent import (
     Intent,
     LeaseObserver,
@@ -55,6 +66,7 @@ from controlplane.controllers.poolintent import (
     OwnerReason,
     choose_owner,
 )
+from controlplane.controllers.poolmetrics import member_write_conflicts
 from controlplane.controllers.poolplan import (
     Deferral,
     MemberState,
@@ -87,6 +99,26 @@ EXPIRY_MARGIN_SECONDS: Final = 0.1
 SERVICE_NAME_LABEL: Final = "kubernetes.io/service-name"
 #: Probes per pool run concurrently; members are at most 32 (the API's bound).
 MAX_CONCURRENT_RECONCILES: Final = 4
+#: The Event reason (and outcome name) of a member write refused with 409.
+REASON_MEMBER_WRITE_CONFLICT: Final = "MemberWriteConflict"
+
+
+@dataclass(frozen=True, slots=True)
+class MemberWriteConflict:
+    """A member write the API server refused with 409: someone wrote the member after our cache
+    saw it. Not an error to retry: the key is requeued and decided again on the newer object."""
+
+    pool: str
+    member: str
+    replicas: int
+    detail: str
+
+    @property
+    def message(self) -> str:
+        return (
+            f"setting {self.member} to replicas {self.replicas} was refused: it changed since it "
+            f"was read ({self.detail}); deciding again on the newer object"
+        )
 
 
 def _rfc3339_seconds_since(stamp: str | None, now: datetime) -> float | None:
@@ -162,7 +194,8 @@ class ModelPoolReconciler:
             store.index_keys(NAMESPACE_INDEX, namespace)
         )
 
-    def member_state(self, namespace: str, name: str) -> MemberState:
+    def member_state(self, namespace: str, name: str, pool: str = "") -> MemberState:
+        """``name`` as the caches show it; ``granted`` when it carries the grant of ``pool``."""
         isvc = self.inference_services.store.get(f"{namespace}/{name}")
         if isvc is None:
             return MemberState(name, found=False, replicas=0)
@@ -186,6 +219,7 @@ class ModelPoolReconciler:
             deployment_drained=_deployment_drained(
                 self.deployments.store.get(f"{namespace}/{name}")
             ),
+            granted=bool(pool) and granted_by(isvc) == pool,
         )
 
     # -- the reconcile ---------------------------------------------------------------------------
@@ -206,7 +240,7 @@ class ModelPoolReconciler:
             return Result()
         namespace = request.namespace
         names = pool.spec.member_names()
-        members = {name: self.member_state(namespace, name) for name in names}
+        members = {name: self.member_state(namespace, name, request.name) for name in names}
         lease = self.leases.store.get(f"{namespace}/{pool_lease_name(request.name)}")
         intent = self.observer.intent(lease)
         owner = choose_owner(names, pool.spec.default, pool.status.resident_member, intent)
@@ -222,7 +256,7 @@ class ModelPoolReconciler:
         if plan.scale_up is not None:
             writes.append((plan.scale_up, 1))
         for name, replicas in writes:
-            if not await self._scale(namespace, name, replicas, key, owner):
+            if not await self._scale(obj, name, replicas, owner):
                 return Result(requeue=True)  # the watch brings the newer member; decide again
 
         now = datetime.now(UTC)
@@ -271,23 +305,36 @@ class ModelPoolReconciler:
             results.sort()
         return reports
 
-    async def _scale(
-        self, namespace: str, name: str, replicas: int, pool: str, owner: Owner
-    ) -> bool:
-        """Set a member's ``spec.replicas`` on the cached object, whose ``resourceVersion`` makes
-        the write optimistic; False when it was refused (409) or the member is gone."""
-        isvc = self.inference_services.store.get(f"{namespace}/{name}")
+    async def _scale(self, pool: Object, name: str, replicas: int, owner: Owner) -> bool:
+        """Set a member's ``spec.replicas`` and its grant (given with 1, revoked with 0) in one
+        update of the cached object, whose ``resourceVersion`` makes the write optimistic; False
+        when it was refused (409: :meth:`_conflict`) or the member is gone."""
+        meta = pool["metadata"]
+        key = f"{meta.get('namespace')}/{meta['name']}"
+        isvc = self.inference_services.store.get(f"{meta.get('namespace')}/{name}")
         if isvc is None:
             return False
         isvc.setdefault("spec", {})["replicas"] = replicas
+        set_grant(isvc, meta["name"] if replicas else None)
         try:
             await self.client.update(InferenceService.resource(), isvc)
-        except (Conflict, NotFound) as err:
-            log.info("%s: writing %s refused (%s); requeued", pool, name, type(err).__name__)
+        except Conflict as err:
+            self._conflict(pool, MemberWriteConflict(meta["name"], name, replicas, str(err)))
+            return False
+        except NotFound:
+            log.info("%s: %s is gone; requeued", key, name)
             return False
         why = "drained" if replicas == 0 else f"the owner, {_why(owner)}"
-        log.info("%s: %s scaled to %d: %s", pool, name, replicas, why)
+        log.info("%s: %s scaled to %d: %s", key, name, replicas, why)
         return True
+
+    def _conflict(self, pool: Object, conflict: MemberWriteConflict) -> None:
+        """A ``MemberWriteConflict`` made visible: counted, logged, a Warning event on the pool."""
+        member_write_conflicts().labels(pool=conflict.pool, member=conflict.member).inc()
+        log.info("%s: %s: %s", conflict.pool, REASON_MEMBER_WRITE_CONFLICT, conflict.message)
+        self.recorder.event(
+            pool, "Warning", REASON_MEMBER_WRITE_CONFLICT, "ScaleMember", conflict.message
+        )
 
     def _record_transitions(
         self,
@@ -341,12 +388,11 @@ class ModelPoolReconciler:
     # -- mapping events to pools -----------------------------------------------------------------
 
     def pools_with_member(self, namespace: str, member: str) -> list[Request]:
-        out = []
-        for pool in self.pools.store.by_index(NAMESPACE_INDEX, namespace):
-            refs = (pool.get("spec") or {}).get("members") or ()
-            if any((m.get("inferenceServiceRef") or {}).get("name") == member for m in refs):
-                out.append(Request(namespace, pool["metadata"]["name"]))
-        return out
+        return [
+            Request(namespace, pool["metadata"]["name"])
+            for pool in self.pools.store.by_index(NAMESPACE_INDEX, namespace)
+            if lists_member(pool, member)
+        ]
 
     def map_member(self, obj: Object) -> Iterable[Request]:
         """An InferenceService or Deployment (same name) to the pools it is a member of."""

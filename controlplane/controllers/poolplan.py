@@ -7,11 +7,14 @@ Pure functions of what the caches say (no I/O), so every rule is unit-tested as 
     * **Drain.** Every member other than the owner whose ``spec.replicas`` is not 0 must go to 0.
       One that is *serving* (its InferenceService is Ready, or it has a ready endpoint) goes to 0
       only after its idle probe says idle on every ready endpoint (``probe``); one that is not
-      serving (loading, no ready endpoint) goes to 0 at once (``scale_down``).
-    * **Owner up.** The owner goes to 1 only when every other member has *released* the slot:
-      ``spec.replicas`` 0, its Deployment at 0 replicas and observed so by the deployment
-      controller, and no pod left, Terminating ones included (the GPU memory is freed when the
-      process exits, not when its pod is marked for deletion).
+      serving (loading, no ready endpoint) goes to 0 at once (``scale_down``). A non-owner at 0
+      that still carries this pool's grant is written too (``scale_down``): the write revokes it.
+    * **Owner up.** The owner goes to 1 *with this pool's grant*
+      (:mod:`~controlplane.controllers.poolgrant`) only when every other member has *released*
+      the slot: ``spec.replicas`` 0, no grant, its Deployment at 0 replicas and observed so by the
+      deployment controller, and no pod left, Terminating ones included (the GPU memory is freed
+      when the process exits, not when its pod is marked for deletion). An owner that asks for 1
+      (``replicas`` unset) without the grant does not run: it is granted by the same rule.
 
 :func:`pool_status` (DESIGN 4.4)
     * ``residentMember``: the owner once its InferenceService is Ready; until then the previous
@@ -81,6 +84,8 @@ class MemberState:
     deployment_drained: bool = True
     #: ``spec.runtime``: which idle probe understands it.
     runtime: str = RUNTIME_LLAMACPP
+    #: It carries this pool's grant (``inference.modelpool.dev/granted-by``): it may run.
+    granted: bool = False
 
     @property
     def ready(self) -> bool:
@@ -94,8 +99,14 @@ class MemberState:
 
     @property
     def released(self) -> bool:
-        """Holds nothing of the slot: wanted at 0, Deployment at 0, no pod left."""
-        return self.found and self.replicas == 0 and self.deployment_drained and self.pods == 0
+        """Holds nothing of the slot: wanted at 0 without a grant, Deployment at 0, no pod left."""
+        return (
+            self.found
+            and self.replicas == 0
+            and not self.granted
+            and self.deployment_drained
+            and self.pods == 0
+        )
 
 
 def missing_members(members: Mapping[str, MemberState]) -> list[str]:
@@ -128,11 +139,15 @@ def plan_actions(members: Mapping[str, MemberState], owner: str | None) -> Plan:
         if not state.released:
             holding.append(name)
         if state.replicas == 0:
+            if state.granted:
+                scale_down.append(name)  # already at 0: the write only revokes the grant
             continue
         (probe if state.serving else scale_down).append(name)
     scale_up = None
-    if owner is not None and members[owner].replicas == 0 and not holding:
-        scale_up = owner
+    if owner is not None and not holding:
+        mine = members[owner]
+        if mine.replicas == 0 or not mine.granted:
+            scale_up = owner
     return Plan(tuple(probe), tuple(scale_down), scale_up, tuple(holding))
 
 

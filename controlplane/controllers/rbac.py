@@ -26,6 +26,8 @@ INFERENCE_SERVICE_RULES = (
     PolicyRule(("",), ("services",), (*READ, *WRITE)),
     # Its pods are watched (never written) to know when the last one is gone: Stopped.
     PolicyRule(("",), ("pods",), READ),
+    # Pools are read (never written): a member's Deployment is raised only with its pool's grant.
+    PolicyRule((GROUP,), ("modelpools",), READ),
 )
 
 #: ModelPool controller: scales members, watches their pods and the pool's Lease, probes /slots.

@@ -26,9 +26,14 @@ NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 
 
 def up(name: str) -> MemberState:
-    """Ready and serving at an endpoint."""
+    """Ready and serving at an endpoint, with the pool's grant."""
     return MemberState(name, replicas=1, phase="Ready", urls=(f"http://{name}:1",), pods=1,
-                       deployment_drained=False)  # fmt: skip
+                       deployment_drained=False, granted=True)  # fmt: skip
+
+
+def applied(name: str) -> MemberState:
+    """Just applied: ``replicas`` unset (= 1), no grant, so its Deployment was never raised."""
+    return MemberState(name, replicas=1, phase="Stopped")
 
 
 def loading(name: str) -> MemberState:
@@ -101,6 +106,23 @@ def members(*states: MemberState) -> dict[str, MemberState]:
             members(MemberState("a", replicas=0, deployment_drained=False), stopped("b")),
             "b",
             Plan(holding=("a",)),
+        ),
+        # pool and members applied together (replicas unset): the non-owner is set to 0 at once
+        # (nothing serves), the owner is granted only once the other holds nothing
+        (members(applied("a"), applied("b")), "a", Plan(scale_down=("b",), holding=("b",))),
+        (members(applied("a"), stopped("b")), "a", Plan(scale_up="a")),
+        # running without this pool's grant (it joined while running): granted, not restarted
+        (
+            members(MemberState("a", phase="Ready", urls=("http://a:1",), pods=1), stopped("b")),
+            "a",
+            Plan(scale_up="a"),
+        ),
+        # a non-owner at 0 still carrying the grant: the write revokes it; it holds the slot
+        # until then, so the owner waits
+        (
+            members(MemberState("a", replicas=0, granted=True, phase="Stopped"), stopped("b")),
+            "b",
+            Plan(scale_down=("a",), holding=("a",)),
         ),
         # a missing member: no action at all
         (members(up("a"), stopped("b"), missing("z")), "b", Plan(missing=("z",))),

@@ -73,6 +73,8 @@ def test_a_missing_verb_is_a_missing_rule_and_an_escalation(
     findings = check(documents)
     assert problems(findings, "missing") == [
         "ClusterRole modelpool-operator lacks watch on modelpools.inference.modelpool.dev, "
+        "declared by the InferenceService controller",
+        "ClusterRole modelpool-operator lacks watch on modelpools.inference.modelpool.dev, "
         "declared by the ModelPool controller",
         "ClusterRole modelpool-operator lacks watch on modelpools.inference.modelpool.dev, "
         "declared by the ModelRouter controller",

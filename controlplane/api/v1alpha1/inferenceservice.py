@@ -2,7 +2,10 @@
 
 ``spec.replicas`` is the activation signal: a pool scales its members by writing 0 or 1 here, and
 the InferenceService controller turns it into its Deployment's replicas. Absent means 1, so an
-InferenceService outside any pool simply runs.
+InferenceService outside any pool simply runs. A member of a pool runs only once that pool has
+granted it the slot (the ``inference.modelpool.dev/granted-by`` annotation, see
+``controlplane/controllers/poolgrant.py``); ``status.pool`` names the pool that decides, so
+``kubectl get isvc`` shows why a member with ``replicas`` unset is Stopped.
 """
 
 from __future__ import annotations
@@ -103,6 +106,9 @@ class InferenceServiceStatus(ApiObject):
         "Ready replicas of the server's Deployment.", format="int32", minimum=0
     )
     endpoint: str | None = api_field("In-cluster URL of the server.")
+    pool: str | None = api_field(
+        "The ModelPool(s) listing this InferenceService: it runs only when that pool grants it."
+    )
     observed_generation: int | None = api_field(
         "The .metadata.generation this status describes.", format="int64", minimum=0
     )
@@ -119,6 +125,7 @@ class InferenceService(CustomObject):
     PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = (
         PrinterColumn("Model", ".spec.model.name", description="Model name"),
         PrinterColumn("Replicas", ".spec.replicas", "integer", "Desired replicas (absent: 1)"),
+        PrinterColumn("Pool", ".status.pool", description="Pool that decides when it runs"),
         PrinterColumn("Ready", ".status.readyReplicas", "integer", "Ready replicas"),
         PrinterColumn("Phase", ".status.phase", description="Lifecycle phase"),
         PrinterColumn("Endpoint", ".status.endpoint", description="URL", priority=1),

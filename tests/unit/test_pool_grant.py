@@ -1,0 +1,314 @@
+"""A pool member runs only once its pool grants it the slot (DESIGN 4.6).
+
+The pure decision (:func:`deployment_replicas`), then the InferenceService reconciler against a
+fake API server: what it applies to the Deployment, and which live reads guard a raise.
+"""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from controlplane.api.v1alpha1 import InferenceService, ModelPool
+from controlplane.controllers.inferenceservice import (
+    REASON_NOT_GRANTED,
+    REASON_WAITING_FOR_POOLS,
+    UNLISTED_SETTLE_SECONDS,
+    Hold,
+    InferenceServiceReconciler,
+    compute_phase,
+    explain_hold,
+)
+from controlplane.controllers.poolgrant import (
+    GRANTED_BY_ANNOTATION,
+    deployment_replicas,
+    granted_by,
+    pools_listing,
+    set_grant,
+    withheld_by,
+)
+from controlplane.runtime.client import ObjectList
+from controlplane.runtime.controller import Request
+from controlplane.runtime.events import EventRecorder
+from controlplane.runtime.informer import Informer
+from controlplane.runtime.manager import Manager
+from controlplane.runtime.resources import DEPLOYMENTS, PODS, SERVICES, Resource
+
+Object = dict[str, Any]
+NS = "ns"
+
+# -- the decision --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("wanted", "pools", "grant", "current", "expected"),
+    [
+        # not a member: spec.replicas, as for any standalone server (creating included)
+        (1, [], None, None, 1),
+        (1, [], None, 0, 1),
+        (0, [], None, 1, 0),
+        # a member granted by its pool: spec.replicas
+        (1, ["gpu"], "gpu", 0, 1),
+        (1, ["gpu"], "gpu", None, 1),
+        (0, ["gpu"], "gpu", 1, 0),
+        # a member without the grant is never raised: not created above 0, not raised from 0
+        (1, ["gpu"], None, None, 0),
+        (1, ["gpu"], None, 0, 0),
+        # ... but lowering is always allowed: the pool drains it (and revokes the grant) by
+        # setting spec.replicas 0 in one write
+        (0, ["gpu"], None, 1, 0),
+        # ... and one that runs (it joined the pool while running) is not killed unprobed
+        (1, ["gpu"], None, 1, 1),
+        # the grant moved to another pool that lists it too: still granted
+        (1, ["gpu", "gpu2"], "gpu2", 1, 1),
+        # a grant by a pool that does not list it counts for nothing
+        (1, ["gpu"], "other", 0, 0),
+        # it left the pool: the grant annotation no longer matters
+        (1, [], "gpu", 0, 1),
+        (0, [], "gpu", 1, 0),
+        # listed by two pools: either one's grant lets it run
+        (1, ["a", "b"], "b", 0, 1),
+    ],
+)
+def test_deployment_replicas(
+    wanted: int, pools: list[str], grant: str | None, current: int | None, expected: int
+) -> None:
+    assert deployment_replicas(wanted, pools, grant, current) == expected
+
+
+@pytest.mark.parametrize(
+    ("wanted", "pools", "grant", "expected"),
+    [(1, ["gpu"], None, "gpu"), (1, ["gpu"], "gpu", None), (0, ["gpu"], None, None),
+     (1, [], None, None), (1, ["a", "b"], "c", "a, b")],
+)  # fmt: skip
+def test_withheld_by(
+    wanted: int, pools: list[str], grant: str | None, expected: str | None
+) -> None:
+    assert withheld_by(wanted, pools, grant) == expected
+
+
+def pool(name: str, *members: str, deleting: bool = False) -> Object:
+    meta: Object = {"name": name, "namespace": NS}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    refs = [{"inferenceServiceRef": {"name": m}} for m in members]
+    return {"apiVersion": "inference.modelpool.dev/v1alpha1", "kind": "ModelPool",
+            "metadata": meta, "spec": {"members": refs}}  # fmt: skip
+
+
+def test_pools_listing_skips_pools_being_deleted() -> None:
+    pools = [pool("z", "a"), pool("b", "x"), pool("y", "a"), pool("d", "a", deleting=True)]
+    assert pools_listing(pools, "a") == ["y", "z"]
+
+
+def test_grant_and_revoke_edit_only_the_annotation() -> None:
+    obj: Object = {"metadata": {"name": "a", "annotations": {"keep": "me"}}}
+    set_grant(obj, "gpu")
+    assert granted_by(obj) == "gpu"
+    set_grant(obj, None)
+    assert granted_by(obj) is None
+    assert obj["metadata"]["annotations"] == {"keep": "me"}
+
+
+def test_a_withheld_member_says_which_pool_holds_it() -> None:
+    observed = {"metadata": {"generation": 1}, "spec": {"replicas": 0},
+                "status": {"observedGeneration": 1}}  # fmt: skip
+    decision = explain_hold(compute_phase(0, observed, 0), Hold(withheld_by="gpu"))
+    assert (decision.phase, decision.reason) == ("Stopped", REASON_NOT_GRANTED)
+    assert "gpu" in decision.message
+    settling = explain_hold(compute_phase(0, observed, 0), Hold(settle_seconds=1.0))
+    assert (settling.phase, settling.reason) == ("Creating", REASON_WAITING_FOR_POOLS)
+    ready = {**observed, "status": {"observedGeneration": 1, "readyReplicas": 1}}
+    assert explain_hold(compute_phase(1, ready, 1), Hold(withheld_by="gpu")).phase == "Ready"
+
+
+# -- the reconciler ------------------------------------------------------------------------------
+
+
+class FakeApi:
+    """The API server as the InferenceService reconciler uses it; records every call."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], Object] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.applied: list[Object] = []
+
+    def put(self, resource: Resource, obj: Object) -> None:
+        self.objects[(resource.plural, obj["metadata"]["name"])] = copy.deepcopy(obj)
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Object:
+        self.calls.append(("get", resource.plural))
+        return copy.deepcopy(self.objects[(resource.plural, name)])
+
+    async def list(self, resource: Resource, namespace: str | None = None) -> ObjectList:
+        self.calls.append(("list", resource.plural))
+        items = [copy.deepcopy(o) for (plural, _), o in self.objects.items()
+                 if plural == resource.plural]  # fmt: skip
+        return ObjectList(items, "1")
+
+    async def apply(self, resource: Resource, obj: Object, **_: Any) -> Object:
+        self.calls.append(("apply", resource.plural))
+        if resource == DEPLOYMENTS:
+            self.applied.append(copy.deepcopy(obj))
+        return copy.deepcopy(obj)
+
+    async def update_status(self, resource: Resource, obj: Object) -> Object:
+        self.calls.append(("status", resource.plural))
+        return obj
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def isvc(name: str, replicas: int | None = None, grant: str | None = None) -> Object:
+    spec: Object = {"model": {"name": name, "source": f"/m/{name}.gguf"}}
+    if replicas is not None:
+        spec["replicas"] = replicas
+    obj: Object = {"apiVersion": "inference.modelpool.dev/v1alpha1", "kind": "InferenceService",
+                   "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}",
+                                "resourceVersion": "1", "generation": 1}, "spec": spec}  # fmt: skip
+    if grant is not None:
+        set_grant(obj, grant)
+    return obj
+
+
+def deployment(name: str, replicas: int) -> Object:
+    return {"metadata": {"name": name, "namespace": NS, "generation": 1,
+                         "ownerReferences": [{"uid": f"uid-{name}", "controller": True}]},
+            "spec": {"replicas": replicas},
+            "status": {"observedGeneration": 1, "replicas": replicas,
+                       "readyReplicas": replicas}}  # fmt: skip
+
+
+class World:
+    """A reconciler whose caches and API server the test fills in."""
+
+    def __init__(self) -> None:
+        self.api = FakeApi()
+        self.clock = Clock()
+        manager = cast(Manager, SimpleNamespace(client=self.api))
+        recorder = cast(EventRecorder, SimpleNamespace(event=lambda *a: None))
+        client = self.api  # informers are never run: only their stores are read
+        self.isvcs = Informer(cast(Any, client), InferenceService.resource())
+        self.deployments = Informer(cast(Any, client), DEPLOYMENTS)
+        self.pools = Informer(cast(Any, client), ModelPool.resource())
+        self.reconciler = InferenceServiceReconciler(
+            manager,
+            recorder,
+            inference_services=self.isvcs,
+            deployments=self.deployments,
+            services=Informer(cast(Any, client), SERVICES),
+            pods=Informer(cast(Any, client), PODS),
+            pools=self.pools,
+            clock=self.clock,
+        )
+
+    def isvc(self, obj: Object, *, live: Object | None = None) -> None:
+        """Cache ``obj``; the API server holds ``live`` (the same object when not given)."""
+        self.isvcs.store.upsert(copy.deepcopy(obj))
+        self.api.put(InferenceService.resource(), live or obj)
+
+    async def reconcile(self, name: str) -> Any:
+        return await self.reconciler.reconcile(Request(NS, name))
+
+    async def known_for_a_while(self, name: str) -> None:
+        """Reconcile once and let :data:`UNLISTED_SETTLE_SECONDS` pass; the Deployment that
+        reconcile applied is cached, and the record of calls starts afresh."""
+        await self.reconcile(name)
+        for applied in self.api.applied:
+            self.deployments.store.upsert(deployment(name, applied["spec"]["replicas"]))
+        self.api.applied.clear()
+        self.api.calls.clear()
+        self.clock.now += UNLISTED_SETTLE_SECONDS
+
+    def deployment_replicas(self) -> list[int]:
+        return [d["spec"]["replicas"] for d in self.api.applied]
+
+
+@pytest.mark.anyio
+async def test_a_member_without_the_grant_gets_a_deployment_at_zero() -> None:
+    world = World()
+    world.pools.store.upsert(pool("gpu", "a", "b"))
+    world.isvc(isvc("a"))
+    await world.reconcile("a")
+    assert world.deployment_replicas() == [0]
+    assert ("get", "inferenceservices") not in world.api.calls, "not a raise: no live read"
+
+
+@pytest.mark.anyio
+async def test_a_pool_not_yet_cached_is_found_by_a_live_list() -> None:
+    """Pool and members applied together: the cache has no pool yet, the API server has."""
+    world = World()
+    world.isvc(isvc("a"))
+    await world.known_for_a_while("a")
+    world.api.put(ModelPool.resource(), pool("gpu", "a", "b"))
+    await world.reconcile("a")
+    assert world.deployment_replicas() == [0]
+    assert ("list", "modelpools") in world.api.calls
+
+
+@pytest.mark.anyio
+async def test_a_revoked_grant_seen_late_starts_nothing() -> None:
+    """The cache still shows the grant; the live object has it revoked (replicas 0)."""
+    world = World()
+    world.pools.store.upsert(pool("gpu", "a", "b"))
+    world.isvc(isvc("a", replicas=1, grant="gpu"), live=isvc("a", replicas=0))
+    await world.reconcile("a")
+    assert world.deployment_replicas() == [0]
+    assert ("get", "inferenceservices") in world.api.calls
+
+
+@pytest.mark.anyio
+async def test_a_granted_member_is_raised() -> None:
+    world = World()
+    world.pools.store.upsert(pool("gpu", "a", "b"))
+    world.isvc(isvc("a", replicas=1, grant="gpu"))
+    world.deployments.store.upsert(deployment("a", 0))
+    await world.reconcile("a")
+    assert world.deployment_replicas() == [1]
+
+
+@pytest.mark.anyio
+async def test_a_member_that_joined_while_running_is_not_killed() -> None:
+    """Its Deployment already runs: the pool drains it through the idle gate, not us."""
+    world = World()
+    world.pools.store.upsert(pool("gpu", "a", "b"))
+    world.isvc(isvc("a"))
+    world.deployments.store.upsert(deployment("a", 1))
+    await world.reconcile("a")
+    assert world.deployment_replicas() == [1]
+
+
+@pytest.mark.anyio
+async def test_a_non_member_starts_once_no_pool_came_to_list_it() -> None:
+    world = World()
+    world.isvc(isvc("solo"))
+    result = await world.reconcile("solo")
+    assert world.deployment_replicas() == [0], "started before a pool applied with it could land"
+    assert 0 < result.requeue_after <= UNLISTED_SETTLE_SECONDS
+    world.clock.now += UNLISTED_SETTLE_SECONDS
+    world.deployments.store.upsert(deployment("solo", 0))
+    await world.reconcile("solo")
+    assert world.deployment_replicas() == [0, 1]
+    assert ("list", "modelpools") in world.api.calls
+
+
+@pytest.mark.anyio
+async def test_leaving_the_pool_follows_spec_replicas_again() -> None:
+    world = World()
+    world.pools.store.upsert(pool("gpu", "a", "b"))
+    world.isvc(isvc("a", replicas=0, grant="gpu"))
+    await world.known_for_a_while("a")
+    world.pools.store.upsert(pool("gpu", "b"))  # a is removed from the pool, then asked to run
+    world.isvc(isvc("a", replicas=1, grant="gpu"))
+    await world.reconcile("a")
+    assert world.deployment_replicas() == [1]
+    assert GRANTED_BY_ANNOTATION not in world.api.applied[0]["metadata"].get("annotations", {})
