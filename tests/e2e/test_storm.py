@@ -1,0 +1,822 @@
+"""The swap storm: 1, 2 and 3 router-proxy replicas under load and chaos, the invariant watched.
+
+One run (per replica count) against the real API server, the operator under its ServiceAccount,
+the node stand-in (simulators; 1 s model loads) and router-proxy processes authenticated as the
+ServiceAccount the ModelRouter controller made for them (``router-proxy``, bound to the
+activation Role the operator wrote), each with a Lease of :data:`LEASE_SECONDS`
+(``--lease-duration-seconds``) so that Lease expiry happens within the run:
+
+* two pools of three members (``pool-x``: x1 x2 x3, ``pool-y``: y1 y2 y3), every member its own
+  model; y3 loads in :data:`SLOW_LOAD_SECONDS`, longer than three Lease durations, so its swap
+  lives only if the holder renews;
+* :data:`CLIENTS` concurrent clients send at least :data:`REQUESTS` requests in streaks of one
+  model (so swaps happen and requests coalesce), mixing plain and streamed completions, clients
+  that close mid-stream or mid-hold, and bad requests (no ``messages``, an unknown model, a body
+  over ``--max-body-bytes``);
+* chaos, in order, while the clients run: one member's ``/slots`` answers 500 for a while (a
+  timed switch of the simulator, so it cannot stay broken); the replica holding a pool's Lease
+  mid-swap (``spec.holderIdentity``) is SIGKILLed, after its ``/metrics`` is scraped, and replaced
+  by a new replica, as a Deployment would; kube-apiserver is SIGSTOPped for
+  :data:`FREEZE_SECONDS` mid-swap (SIGCONT always follows); then every pool-y client asks for
+  y3, the slow member.
+
+The operator is supervised: a 10 s freeze outlasts its leader-election renew deadline, and a
+leader that cannot renew exits (as controller-runtime's does); like a Deployment, the test
+starts it again and counts the restarts.
+
+Assertions, all on what was observed (no timing is asserted):
+
+1. Every 200 came from the model asked for (the simulator names its model in every answer and
+   chunk), and a full stream ends with ``[DONE]``.
+2. Every other answer is a 503 with ``Retry-After`` and a known reason, or the 400/404/413 a
+   deliberately bad request asked for, or a 502 ``pool_activation_failed`` for a request that
+   overlapped an injected failure of its pool. A request with no HTTP answer was either cut by
+   its own client on purpose or sent to a replica the test killed.
+3. The invariant monitor (:mod:`tests.e2e.invariants`) never saw two members of a pool run
+   together, by pods (watch order) or by processes (``/proc``).
+4. **Swaps are counted exactly once.** The residency changes are the pool's
+   ``status.residentMember`` moves, in watch order (a move from no resident, the default warming
+   a cold pool, is the controller's doing, not a swap). ``modelpool_swaps_total{pool,from,to}``
+   is summed over every replica that ever ran: the live ones at the end, the killed one as
+   scraped right before it was killed. What "exactly once" can mean when the driver is killed
+   mid-swap: the counter lives in the driver's memory and dies with it, and only the driver
+   counts (DESIGN 4.6). So the swap the killed replica was driving is counted once if another
+   replica re-claimed the expired Lease and finished it, and **not at all** if the pool
+   controller finished it under the dead holder's still-valid intent (or if it finished in the
+   instant between the scrape and the kill). Nothing else may be missing: for every
+   ``(pool, from, to)`` the replicas count at most the changes seen, and the only change
+   allowed to go uncounted is one change to the killed holder's target in its pool. Never twice.
+5. At the end the pools settle: no pool Lease held, and at most one member per pool running,
+   the pool's resident (the monitor's settle check, with held Leases as violations). y3 was
+   resident at least once: a load longer than three Lease durations did not lose its swap.
+
+The figures (requests, swaps, time to answer p50/p99, outcomes by reason) are printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import random
+import signal
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+import httpx
+import msgspec
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
+from controlplane.api.v1alpha1.activation import TARGET_ANNOTATION, pool_lease_name
+from controlplane.controllers.modelrouter import activation_name, proxy_name
+from controlplane.dev import RouterProxyProcess, kubeconfig_for_token
+from controlplane.runtime.client import KubeClient
+from controlplane.runtime.endpoints import ready_urls
+from controlplane.runtime.errors import KubeError, NotFound
+from controlplane.runtime.resources import ENDPOINT_SLICES, EVENTS, LEASES, ROLE_BINDINGS
+from tests.e2e.clusters import TestCluster
+from tests.e2e.invariants import PoolInvariantMonitor
+from tests.e2e.kubectl import REPO, install
+from tests.e2e.operator_process import (
+    LocalProcess,
+    OperatorProcess,
+    service_account_token,
+    start_node,
+    start_operator,
+    stopped_at_exit,
+)
+from tests.e2e.waiting import eventually
+
+# Marked here, not only by conftest after collection: anyio must see the mark while pytest
+# parametrizes, or the replica counts are lost.
+pytestmark = pytest.mark.anyio
+
+ISVC = InferenceService.resource()
+POOL = ModelPool.resource()
+ROUTER = ModelRouter.resource()
+Object = dict[str, Any]
+
+POOLS: Final = {"pool-x": ("x1", "x2", "x3"), "pool-y": ("y1", "y2", "y3")}
+ROUTER_NAME: Final = "router"
+#: The proxies' pool Lease duration (renewed every third of it).
+LEASE_SECONDS: Final = 4
+SLOW_MEMBER: Final = "y3"
+SLOW_POOL: Final = "pool-y"
+#: Longer than three Lease durations: the holder must renew through the load.
+SLOW_LOAD_SECONDS: Final = 3 * LEASE_SECONDS + 2
+LOAD_SECONDS: Final = 1.0
+TOKEN_SECONDS: Final = 0.01
+SWAP_BUDGET: Final = "25s"
+SWAP_BUDGET_SECONDS: Final = 25.0
+CLIENTS: Final = 20
+REQUESTS: Final = 320
+#: The proxies refuse bodies over this (``--max-body-bytes``); the oversized ones are 4 times it.
+MAX_BODY_BYTES: Final = 64 * 1024
+MAX_OVERSIZED: Final = 6
+FREEZE_SECONDS: Final = 10.0
+SLOTS_FAILURE_SECONDS: Final = 6.0
+#: A client's own timeout for requests that are not cut on purpose: the budget and then some.
+CLIENT_TIMEOUT: Final = SWAP_BUDGET_SECONDS + 35.0
+#: How long the clients may run at most; the requests are normally sent well before.
+STORM_DEADLINE: Final = 150.0
+#: A 502 ``pool_activation_failed`` is expected for a request overlapping an injected failure of
+#: its pool, until this long after the failure ended (a Lease expiry, then a budget).
+FAILURE_AFTERMATH: Final = 3 * LEASE_SECONDS + SWAP_BUDGET_SECONDS
+KNOWN_503: Final = frozenset(
+    {
+        "pool_activation_timeout",
+        "pool_busy",
+        "pool_lease_unavailable",
+        "proxy_not_ready",
+        "proxy_stopping",
+    }
+)
+#: Request kinds and their weights.
+KINDS: Final = (
+    ("chat", 50),
+    ("stream", 20),
+    ("stream-cut", 8),
+    ("hold-cut", 8),
+    ("no-messages", 5),
+    ("unknown-model", 5),
+    ("oversized", 4),
+)
+EXPECTED_BAD: Final = {"no-messages": 400, "unknown-model": 404, "oversized": 413}
+
+
+def model_of(member: str) -> str:
+    return f"model-{member}"
+
+
+def pool_of(member: str) -> str:
+    return next(pool for pool, members in POOLS.items() if member in members)
+
+
+# -- what happened ------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """One request as its client saw it."""
+
+    client: int
+    kind: str
+    member: str
+    proxy: str
+    started: float
+    ended: float = 0.0
+    status: int | None = None
+    code: str = ""
+    retry_after: str | None = None
+    answered_by: list[str] = field(default_factory=list)
+    complete: bool = False
+    first_byte: float | None = None
+    error: str = ""
+
+    @property
+    def pool(self) -> str | None:
+        return pool_of(self.member) if self.member else None
+
+    def reason(self) -> str:
+        if self.status is None:
+            return f"no answer ({self.error.split(':')[0]})"
+        return f"{self.status} {self.code}".strip()
+
+
+@dataclass
+class Window:
+    """An injected failure: of one pool (or all), from ``start`` to ``end`` (monotonic)."""
+
+    what: str
+    pool: str | None
+    start: float
+    end: float
+
+
+@dataclass
+class Kill:
+    proxy: str
+    pool: str
+    target: str
+    at: float
+    swaps: Counter[tuple[str, str, str]]
+
+
+@dataclass
+class Storm:
+    """Shared state of one run."""
+
+    rng_seed: int
+    outcomes: list[Outcome] = field(default_factory=list)
+    windows: list[Window] = field(default_factory=list)
+    kills: list[Kill] = field(default_factory=list)
+    #: pool -> the member every client asking that pool wants (the slow member's phase).
+    focus: dict[str, str] = field(default_factory=dict)
+    sent: int = 0
+    chaos_over: bool = False
+    oversized: int = 0
+    operator_restarts: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    notes: list[str] = field(default_factory=list)
+
+    def take(self) -> bool:
+        """Claim the right to send one more request: until :data:`REQUESTS` are sent and the
+        chaos is over (every injection happens under load), within :data:`STORM_DEADLINE`."""
+        if time.monotonic() - self.started_at > STORM_DEADLINE:
+            return False
+        if self.sent >= REQUESTS and self.chaos_over:
+            return False
+        self.sent += 1
+        return True
+
+    def note(self, text: str) -> None:
+        line = f"+{time.monotonic() - self.started_at:6.1f}s {text}"
+        self.notes.append(line)
+        print(f"storm: {line}", flush=True)
+
+
+class Fleet:
+    """The router-proxy replicas: the live ones the clients pick from, and how to add one."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        workdir: Path,
+        namespace: str,
+        started: list[LocalProcess],
+        prefix: str,
+    ) -> None:
+        self.kubeconfig, self.workdir, self.namespace = kubeconfig, workdir, namespace
+        self.started, self.prefix = started, prefix
+        self.live: list[RouterProxyProcess] = []
+        self.all: list[RouterProxyProcess] = []
+        self.killed: dict[str, float] = {}
+        self._count = 0
+
+    async def add(self) -> RouterProxyProcess:
+        identity = f"{self.prefix}-{self._count}"
+        self._count += 1
+        proxy = RouterProxyProcess(
+            self.kubeconfig,
+            self.workdir,
+            self.namespace,
+            identity,
+            router=ROUTER_NAME,
+            cwd=REPO,
+            extra_args=(
+                "--lease-duration-seconds", str(LEASE_SECONDS),
+                "--max-body-bytes", str(MAX_BODY_BYTES),
+            ),
+        )  # fmt: skip
+        self.started.append(proxy)
+        self.all.append(proxy)
+        async with httpx.AsyncClient(timeout=5, trust_env=False) as http:
+
+            async def ready() -> bool:
+                assert proxy.running(), f"{proxy.name} exited:\n{proxy.output()[-3000:]}"
+                try:
+                    return (await http.get(f"{proxy.url}/readyz")).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            await eventually(ready, timeout=90, interval=0.2, what=f"{proxy.name} ready")
+        self.live.append(proxy)
+        return proxy
+
+    def by_identity(self, identity: str) -> RouterProxyProcess | None:
+        return next((p for p in self.live if p.identity == identity), None)
+
+    async def pick(self, rng: random.Random) -> RouterProxyProcess:
+        for _ in range(2400):  # two minutes at most
+            if self.live:
+                return rng.choice(self.live)
+            await anyio.sleep(0.05)  # the only replica was killed; its replacement is starting
+        raise TimeoutError("no router-proxy replica came back")
+
+    def kill(self, proxy: RouterProxyProcess) -> float:
+        self.live.remove(proxy)
+        at = time.monotonic()
+        self.killed[proxy.name] = at
+        proxy.kill()
+        return at
+
+
+# -- the cluster objects -------------------------------------------------------------------------
+
+
+def isvc_body(member: str) -> Object:
+    args = ["--parallel", "2"]
+    if member == SLOW_MEMBER:
+        args += ["--sim-load-seconds", str(SLOW_LOAD_SECONDS)]
+    return {
+        "apiVersion": "inference.modelpool.dev/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": member},
+        "spec": {
+            "model": {"name": model_of(member), "source": f"/models/{member}.gguf"},
+            "args": args,
+            "replicas": 0,
+        },
+    }
+
+
+async def create_pools_and_router(admin: KubeClient, namespace: str) -> None:
+    for members in POOLS.values():
+        for member in members:
+            await admin.create(ISVC, isvc_body(member), namespace)
+    for pool, members in POOLS.items():
+        body = {
+            "apiVersion": "inference.modelpool.dev/v1alpha1",
+            "kind": "ModelPool",
+            "metadata": {"name": pool},
+            "spec": {
+                "members": [{"inferenceServiceRef": {"name": m}} for m in members],
+                "default": members[0],
+                "swapBudget": SWAP_BUDGET,
+            },
+        }
+        await admin.create(POOL, body, namespace)
+    router = {
+        "apiVersion": "inference.modelpool.dev/v1alpha1",
+        "kind": "ModelRouter",
+        "metadata": {"name": ROUTER_NAME},
+        "spec": {"backends": [{"name": pool, "poolRef": {"name": pool}} for pool in POOLS]},
+    }
+    await admin.create(ROUTER, router, namespace)
+    for pool, members in POOLS.items():
+
+        async def warm(pool: str = pool, default: str = members[0]) -> bool:
+            status = (await admin.get(POOL, pool, namespace)).get("status") or {}
+            return status.get("residentMember") == default and status.get("phase") == "Ready"
+
+        await eventually(warm, timeout=90, what=f"{pool} warm with {members[0]}")
+
+    async def rbac() -> bool:
+        await admin.get(ROLE_BINDINGS, activation_name(ROUTER_NAME), namespace)
+        return True
+
+    await eventually(rbac, timeout=60, what="the router's activation RoleBinding")
+
+
+async def pool_status(admin: KubeClient, namespace: str, pool: str) -> Object:
+    return dict((await admin.get(POOL, pool, namespace)).get("status") or {})
+
+
+async def member_url(admin: KubeClient, namespace: str, member: str) -> str | None:
+    slices = await admin.list(
+        ENDPOINT_SLICES, namespace, label_selector=f"kubernetes.io/service-name={member}"
+    )
+    urls = ready_urls(slices.items)
+    return urls[0] if urls else None
+
+
+async def held_lease(admin: KubeClient, namespace: str, pool: str) -> tuple[str, str] | None:
+    """``(holder, target)`` of the pool's Lease while it has a holder."""
+    try:
+        lease = await admin.get(LEASES, pool_lease_name(pool), namespace)
+    except NotFound:
+        return None
+    holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
+    target = str((lease["metadata"].get("annotations") or {}).get(TARGET_ANNOTATION) or "")
+    return (holder, target) if holder else None
+
+
+async def scrape_swaps(url: str) -> Counter[tuple[str, str, str]]:
+    async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
+        text = (await http.get(f"{url}/metrics")).text
+    found: Counter[tuple[str, str, str]] = Counter()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "modelpool_swaps_total" and sample.value:
+                key = (sample.labels["pool"], sample.labels["from"], sample.labels["to"])
+                found[key] += int(sample.value)
+    return found
+
+
+# -- the clients ---------------------------------------------------------------------------------
+
+
+def body_for(kind: str, member: str) -> Object | bytes:
+    model = model_of(member)
+    hello = [{"role": "user", "content": "hello storm"}]
+    if kind == "no-messages":
+        return {"model": model}
+    if kind == "unknown-model":
+        return {"model": "model-nowhere", "messages": hello}
+    if kind == "oversized":
+        padding = "x " * (2 * MAX_BODY_BYTES)
+        return {"model": model, "messages": [{"role": "user", "content": padding}]}
+    if kind == "stream":
+        return {"model": model, "messages": hello, "stream": True, "max_tokens": 12}
+    if kind == "stream-cut":
+        return {"model": model, "messages": hello, "stream": True, "max_tokens": 300,
+                "ignore_eos": True}  # fmt: skip
+    return {"model": model, "messages": hello}
+
+
+def chunk_models(line: str) -> str | None:
+    if not line.startswith("data: ") or line == "data: [DONE]":
+        return None
+    with contextlib.suppress(msgspec.DecodeError):
+        decoded = msgspec.json.decode(line[len("data: ") :])
+        if isinstance(decoded, dict):
+            return str(decoded.get("model"))
+    return "?"
+
+
+async def send(
+    http: httpx.AsyncClient, proxy: RouterProxyProcess, outcome: Outcome, cut_after: float
+) -> None:
+    """Send one request and record what came back; a ``hold-cut`` client gives up waiting for
+    the answer after ``cut_after`` seconds (closing the connection while the proxy holds it)."""
+    body = body_for(outcome.kind, outcome.member)
+    streamed = outcome.kind in ("stream", "stream-cut")
+    timeout = httpx.Timeout(CLIENT_TIMEOUT)
+    if outcome.kind == "hold-cut":
+        timeout = httpx.Timeout(CLIENT_TIMEOUT, read=cut_after)
+    url = f"{proxy.url}/v1/chat/completions"
+    try:
+        async with http.stream("POST", url, json=body, timeout=timeout) as response:
+            outcome.first_byte = time.monotonic()
+            outcome.status = response.status_code
+            outcome.retry_after = response.headers.get("retry-after")
+            if response.status_code != 200 or not streamed:
+                raw = await response.aread()
+                with contextlib.suppress(msgspec.DecodeError):
+                    decoded = msgspec.json.decode(raw)
+                    if isinstance(decoded, dict) and response.status_code == 200:
+                        outcome.answered_by.append(str(decoded.get("model")))
+                        outcome.complete = True
+                    elif isinstance(decoded, dict):
+                        outcome.code = str((decoded.get("error") or {}).get("code") or "")
+                return
+            async for line in response.aiter_lines():
+                if line == "data: [DONE]":
+                    outcome.complete = True
+                    break
+                model = chunk_models(line)
+                if model is None:
+                    continue
+                outcome.answered_by.append(model)
+                if outcome.kind == "stream-cut" and '"content":"' in line:
+                    break  # the client goes away mid-stream
+    except httpx.HTTPError as err:
+        outcome.error = f"{type(err).__name__}: {err}"
+    finally:
+        outcome.ended = time.monotonic()
+
+
+async def client(index: int, storm: Storm, fleet: Fleet) -> None:
+    rng = random.Random(storm.rng_seed * 100 + index)
+    members = [m for ms in POOLS.values() for m in ms]
+    kinds, weights = zip(*KINDS, strict=True)
+    streak: tuple[str, int] = (rng.choice(members), rng.randint(2, 6))
+    async with httpx.AsyncClient(
+        trust_env=False, limits=httpx.Limits(max_connections=4, max_keepalive_connections=2)
+    ) as http:
+        while storm.take():
+            member, left = streak
+            if left <= 0:
+                member, left = rng.choice(members), rng.randint(2, 6)
+            streak = (member, left - 1)
+            member = storm.focus.get(pool_of(member), member)
+            kind = rng.choices(kinds, weights)[0]
+            if kind == "oversized":
+                if storm.oversized >= MAX_OVERSIZED:
+                    kind = "chat"
+                else:
+                    storm.oversized += 1
+            proxy = await fleet.pick(rng)
+            outcome = Outcome(index, kind, member, proxy.name, time.monotonic())
+            storm.outcomes.append(outcome)
+            await send(http, proxy, outcome, cut_after=rng.uniform(0.3, 2.0))
+            if outcome.status == 503:
+                await anyio.sleep(rng.uniform(0.0, 0.5))  # a client that heeds Retry-After
+
+
+# -- the chaos -----------------------------------------------------------------------------------
+
+
+async def mid_swap(
+    admin: KubeClient, namespace: str, fleet: Fleet, storm: Storm, timeout: float = 60.0
+) -> tuple[str, str, str]:
+    """Wait until some pool's Lease is held by a live replica for a member not yet resident."""
+    with anyio.fail_after(timeout):
+        while True:
+            for pool in POOLS:
+                with contextlib.suppress(KubeError, OSError):
+                    held = await held_lease(admin, namespace, pool)
+                    if held is None or fleet.by_identity(held[0]) is None:
+                        continue
+                    status = await pool_status(admin, namespace, pool)
+                    if status.get("residentMember") != held[1]:
+                        return pool, held[0], held[1]
+            await anyio.sleep(0.02)
+
+
+async def chaos(
+    cluster: TestCluster, admin: KubeClient, namespace: str, fleet: Fleet, storm: Storm
+) -> None:
+    assert cluster.local is not None
+    apiserver = cluster.local.processes["kube-apiserver"]
+    await anyio.sleep(4)
+
+    # 1. A resident's /slots answers 500 for a while: its drain is deferred, never forced.
+    async def ready_resident() -> tuple[str, str, str] | None:
+        for pool in POOLS:
+            resident = str((await pool_status(admin, namespace, pool)).get("residentMember") or "")
+            url = await member_url(admin, namespace, resident) if resident else None
+            if url is not None:
+                return pool, resident, url
+        return None
+
+    pool, resident, url = await eventually(
+        ready_resident, timeout=60, interval=0.05, what="a resident with a ready endpoint"
+    )
+    async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
+        answer = await http.post(
+            f"{url}/sim/slots-mode", json={"mode": "error500", "seconds": SLOTS_FAILURE_SECONDS}
+        )
+    assert answer.status_code == 200, answer.text
+    now = time.monotonic()
+    end = now + SLOTS_FAILURE_SECONDS
+    storm.windows.append(Window(f"/slots 500 on {resident}", pool, now, end))
+    storm.note(f"/slots of {resident} ({pool}) answers 500 for {SLOTS_FAILURE_SECONDS:.0f} s")
+
+    # 2. SIGKILL the replica holding a pool's Lease mid-swap; a new replica replaces it.
+    await anyio.sleep(2)
+    pool, holder, target = await mid_swap(admin, namespace, fleet, storm)
+    proxy = fleet.by_identity(holder)
+    assert proxy is not None
+    swaps = await scrape_swaps(proxy.url)
+    at = fleet.kill(proxy)
+    storm.kills.append(Kill(proxy.name, pool, target, at, swaps))
+    storm.windows.append(Window(f"SIGKILL {holder}", pool, at, at + LEASE_SECONDS))
+    storm.note(f"SIGKILLed {holder}, holding {pool} for {target}; counted {dict(swaps)}")
+    replacement = await fleet.add()
+    storm.note(f"{replacement.name} replaces it")
+
+    # 3. Freeze kube-apiserver mid-swap.
+    await anyio.sleep(1)
+    pool, holder, target = await mid_swap(admin, namespace, fleet, storm)
+    stopped = time.monotonic()
+    storm.note(f"SIGSTOP kube-apiserver ({holder} holds {pool} for {target})")
+    try:
+        apiserver.signal(signal.SIGSTOP)
+        await anyio.sleep(FREEZE_SECONDS)
+    finally:
+        apiserver.signal(signal.SIGCONT)
+    storm.windows.append(Window("kube-apiserver frozen", None, stopped, time.monotonic()))
+    storm.note("SIGCONT kube-apiserver")
+
+    # 4. Every pool-y client asks for the slow member until it is resident.
+    await anyio.sleep(2)
+    storm.focus[SLOW_POOL] = SLOW_MEMBER
+    storm.note(f"clients of {SLOW_POOL} now ask for {SLOW_MEMBER} ({SLOW_LOAD_SECONDS} s load)")
+
+    async def slow_resident() -> bool:
+        status = await pool_status(admin, namespace, SLOW_POOL)
+        return status.get("residentMember") == SLOW_MEMBER
+
+    try:
+        await eventually(slow_resident, timeout=90, interval=0.5, what=f"{SLOW_MEMBER} resident")
+        storm.note(f"{SLOW_MEMBER} is resident")
+    finally:
+        storm.focus.clear()
+
+
+async def supervise_operator(
+    cluster: TestCluster,
+    admin: KubeClient,
+    workdir: Path,
+    started: list[LocalProcess],
+    storm: Storm,
+    operator: OperatorProcess,
+    lease: str,
+) -> None:
+    """Restart the operator when it exits, as its Deployment would (a frozen API server makes a
+    leader that cannot renew stop leading, and the process with it)."""
+    while not storm.done.is_set():
+        if not operator.running():
+            storm.operator_restarts += 1
+            storm.note(f"the operator exited ({operator.popen.returncode}); starting it again")
+            identity = f"storm-op-{storm.operator_restarts}"
+            operator = await start_operator(cluster, admin, workdir, lease, identity, started)
+            storm.note(f"{identity} is ready")
+        with anyio.move_on_after(0.5):
+            await storm.done.wait()
+
+
+# -- judging -------------------------------------------------------------------------------------
+
+
+def judge(outcome: Outcome, storm: Storm) -> str | None:
+    """What is wrong with this outcome, or None."""
+    kind = outcome.kind
+    # The replica it went through was killed while it ran: whatever it got is cut short.
+    killed = any(k.proxy == outcome.proxy and outcome.ended >= k.at - 0.5 for k in storm.kills)
+    if outcome.status is None:
+        if kind == "hold-cut" and "Timeout" in outcome.error:
+            return None  # the client gave up on purpose
+        return None if killed else f"no answer: {outcome.error}"
+    status, code = outcome.status, outcome.code
+    if kind in EXPECTED_BAD:
+        expected = EXPECTED_BAD[kind]
+        return None if status == expected else f"expected {expected}, got {status} {code}"
+    if status == 200:
+        wanted = model_of(outcome.member)
+        wrong = sorted({m for m in outcome.answered_by if m != wanted})
+        if not outcome.answered_by or wrong:
+            return f"200 for {wanted} answered by {wrong or 'nobody'}"
+        if kind == "stream" and not outcome.complete and not killed:
+            return "a stream that ended without [DONE] (its replica was not killed)"
+        return None
+    if status == 503:
+        if code not in KNOWN_503:
+            return f"503 with an unknown reason {code!r}"
+        if not outcome.retry_after or not outcome.retry_after.isdigit():
+            return f"503 {code} without a usable Retry-After ({outcome.retry_after!r})"
+        if int(outcome.retry_after) < 1:
+            return f"503 {code} with Retry-After {outcome.retry_after}"
+        return None
+    if status == 502 and code == "pool_activation_failed":
+        for window in storm.windows:
+            if window.pool in (None, outcome.pool) and (
+                outcome.started <= window.end + FAILURE_AFTERMATH and outcome.ended >= window.start
+            ):
+                return None
+        return "502 pool_activation_failed with no failure injected on its pool"
+    return f"unexpected {status} {code}"
+
+
+def quantile(values: list[float], fraction: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+
+def swap_accounting(
+    monitor: PoolInvariantMonitor, counted: Counter[tuple[str, str, str]], storm: Storm
+) -> tuple[Counter[tuple[str, str, str]], list[str]]:
+    """The residency changes per (pool, from, to), and what is wrong with the counts."""
+    changes: Counter[tuple[str, str, str]] = Counter(
+        (c.pool, c.old, c.new) for c in monitor.residency_changes() if c.old and c.new
+    )
+    problems = [
+        f"{c.pool}: the resident {c.old} was lost (rv {c.resource_version}), nobody replaced it"
+        for c in monitor.residency_changes()
+        if c.old and not c.new
+    ]
+    for key, count in sorted(counted.items()):
+        if count > changes[key]:
+            problems.append(f"{key}: counted {count} times, changed {changes[key]} times")
+    missing = changes - counted
+    forgiven = {(k.pool, k.target) for k in storm.kills}
+    for key, count in sorted(missing.items()):
+        pool, _, to = key
+        if (pool, to) in forgiven and count == 1:
+            forgiven.discard((pool, to))  # the killed driver's own swap, counted by nobody
+            continue
+        problems.append(f"{key}: changed {changes[key]} times, counted {counted[key]}")
+    return changes, problems
+
+
+def figures(
+    storm: Storm,
+    changes: Counter[tuple[str, str, str]],
+    counted: Counter[tuple[str, str, str]],
+    pool_events: Counter[str],
+) -> str:
+    answered = [o for o in storm.outcomes if o.status == 200 and o.first_byte is not None]
+    waits = [o.first_byte - o.started for o in answered if o.first_byte is not None]
+    rejected = [o.ended - o.started for o in storm.outcomes if o.status == 503]
+    reasons = Counter(f"{o.kind}: {o.reason()}" for o in storm.outcomes)
+    retry_after = Counter(o.retry_after for o in storm.outcomes if o.status == 503)
+    lines = [
+        f"requests {len(storm.outcomes)} in {time.monotonic() - storm.started_at:.0f} s "
+        f"(seed {storm.rng_seed}), operator restarts {storm.operator_restarts}",
+        f"residency changes {sum(changes.values())}: {dict(sorted(changes.items()))}",
+        f"swaps counted {sum(counted.values())}: {dict(sorted(counted.items()))}",
+        f"time to answer (200) p50 {quantile(waits, 0.5):.2f} s, p99 {quantile(waits, 0.99):.2f}"
+        f" s; held until 503 p50 {quantile(rejected, 0.5):.2f} s, "
+        f"p99 {quantile(rejected, 0.99):.2f} s",
+        f"Retry-After on 503s (value: count): {dict(sorted(retry_after.items()))}",
+        f"pool events: {dict(sorted(pool_events.items()))}",
+        "outcomes:",
+        *(f"  {count:4d}  {reason}" for reason, count in sorted(reasons.items())),
+        "chaos:",
+        *(f"  {line}" for line in storm.notes),
+    ]
+    return "\n".join(lines)
+
+
+# -- the test ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def started() -> Iterator[list[LocalProcess]]:
+    with stopped_at_exit() as processes:
+        yield processes
+
+
+@contextlib.asynccontextmanager
+async def apiserver_resumed(cluster: TestCluster) -> AsyncIterator[None]:
+    """Whatever happens, kube-apiserver is not left stopped (the session shares it)."""
+    try:
+        yield
+    finally:
+        if cluster.local is not None:
+            cluster.local.processes["kube-apiserver"].signal(signal.SIGCONT)
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 3], ids=lambda n: f"{n}-proxies")
+async def test_swap_storm(
+    cluster: TestCluster,
+    admin: KubeClient,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+    replicas: int,
+) -> None:
+    if cluster.local is None:
+        pytest.skip("the storm freezes kube-apiserver: it needs the control plane started here")
+    seed = int(os.environ.get("STORM_SEED", "0")) or random.randrange(1, 10_000)
+    storm = Storm(seed)
+    await install(cluster)
+    lease = f"storm-{namespace}"
+    operator = await start_operator(cluster, admin, tmp_path, lease, "storm-op-0", started)
+    node = start_node(
+        cluster,
+        tmp_path,
+        started,
+        namespace=namespace,
+        load_seconds=LOAD_SECONDS,
+        token_seconds=TOKEN_SECONDS,
+    )
+    monitor = node.monitor
+    assert monitor is not None
+    await create_pools_and_router(admin, namespace)
+    token = await service_account_token(admin, namespace, proxy_name(ROUTER_NAME))
+    kubeconfig = kubeconfig_for_token(
+        cluster.admin_kubeconfig, token, tmp_path / "proxy.kubeconfig"
+    )
+    fleet = Fleet(kubeconfig, tmp_path, namespace, started, f"storm{replicas}")
+    for _ in range(replicas):
+        await fleet.add()
+    storm.started_at = time.monotonic()
+    storm.note(f"{replicas} replica(s) ready; {CLIENTS} clients start (seed {seed})")
+
+    async with apiserver_resumed(cluster), anyio.create_task_group() as group:
+        group.start_soon(
+            supervise_operator, cluster, admin, tmp_path, started, storm, operator, lease
+        )
+        async with anyio.create_task_group() as clients:
+            for index in range(CLIENTS):
+                clients.start_soon(client, index, storm, fleet)
+            try:
+                await chaos(cluster, admin, namespace, fleet, storm)
+            finally:
+                storm.chaos_over = True
+        storm.note(f"the clients are done ({len(storm.outcomes)} requests)")
+        settle_problems = monitor.settle(timeout=90, leases_released=True)
+        storm.done.set()
+
+    counted: Counter[tuple[str, str, str]] = Counter()
+    for kill in storm.kills:
+        counted += kill.swaps
+    for proxy in fleet.live:
+        counted += await scrape_swaps(proxy.url)
+    changes, accounting = swap_accounting(monitor, counted, storm)
+    events = (await admin.list(EVENTS, namespace)).items
+    pool_events = Counter(
+        str(e.get("reason"))
+        for e in events
+        if (e.get("regarding") or {}).get("kind") == "ModelPool"
+    )
+    print(figures(storm, changes, counted, pool_events))
+    print(monitor.report())
+
+    wrong = [
+        f"{o.kind} {o.member} via {o.proxy}: {problem}"
+        for o in storm.outcomes
+        if (problem := judge(o, storm)) is not None
+    ]
+    assert len(storm.outcomes) >= 300, f"only {len(storm.outcomes)} requests were sent"
+    assert not wrong, f"{len(wrong)} wrong answer(s):\n" + "\n".join(wrong[:40])
+    assert not monitor.overlaps, monitor.report()
+    assert not accounting, "swaps not counted exactly once:\n" + "\n".join(accounting)
+    assert not settle_problems, "the pools did not settle:\n" + "\n".join(
+        v.describe() for v in settle_problems
+    )
+    assert any(c.new == SLOW_MEMBER for c in monitor.residency_changes(SLOW_POOL)), (
+        f"{SLOW_MEMBER} (a {SLOW_LOAD_SECONDS} s load) was never resident"
+    )
