@@ -34,9 +34,10 @@ guarded the same way.
 
 **Driven by watches** (DESIGN 4.5): pools, their members, the members' Deployments, pods
 (``inference.modelpool.dev/inferenceservice`` label) and EndpointSlices
-(``kubernetes.io/service-name``), and Leases (``modelpool-<pool>``). Two timed requeues are
-backstops for what no watch reports: a deferred drain is re-probed, and a valid intent is
-re-checked just after it would expire.
+(``kubernetes.io/service-name``), and pool Leases (selected by their
+``inference.modelpool.dev/pool`` label). Two timed requeues are backstops for what no watch
+reports: a deferred drain is re-probed, and a valid intent is re-checked just after it would
+expire.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from typing import Any, Final
 import anyio
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelPoolStatus
-from controlplane.api.v1alpha1.activation import pool_for_lease, pool_lease_name
+from controlplane.api.v1alpha1.activation import POOL_LABEL, pool_for_lease, pool_lease_name
 from controlplane.api.v1alpha1.inferenceservice import RUNTIME_LLAMACPP
 from controlplane.api.v1alpha1.modelpool import (
     PHASE_DEGRADED,
@@ -66,7 +67,7 @@ from controlplane.controllers.poolintent import (
     OwnerReason,
     choose_owner,
 )
-from controlplane.controllers.poolmetrics import member_write_conflicts
+from controlplane.controllers.poolmetrics import MEMBER_WRITE_CONFLICTS
 from controlplane.controllers.poolplan import (
     Deferral,
     MemberState,
@@ -330,7 +331,7 @@ class ModelPoolReconciler:
 
     def _conflict(self, pool: Object, conflict: MemberWriteConflict) -> None:
         """A ``MemberWriteConflict`` made visible: counted, logged, a Warning event on the pool."""
-        member_write_conflicts().labels(pool=conflict.pool, member=conflict.member).inc()
+        MEMBER_WRITE_CONFLICTS.labels(pool=conflict.pool, member=conflict.member).inc()
         log.info("%s: %s: %s", conflict.pool, REASON_MEMBER_WRITE_CONFLICT, conflict.message)
         self.recorder.event(
             pool, "Warning", REASON_MEMBER_WRITE_CONFLICT, "ScaleMember", conflict.message
@@ -417,9 +418,8 @@ def _why(owner: Owner) -> str:
 
 
 def map_lease(obj: Object) -> Iterable[Request]:
-    meta = obj["metadata"]
-    pool = pool_for_lease(meta["name"])
-    return (Request(meta.get("namespace") or "", pool),) if pool else ()
+    pool = pool_for_lease(obj)
+    return (Request(obj["metadata"].get("namespace") or "", pool),) if pool else ()
 
 
 def _all_idle(results: Sequence[tuple[str, IdleReport]]) -> bool:
@@ -461,7 +461,7 @@ def setup_model_pool_controller(
     deployments = manager.informer(DEPLOYMENTS)
     pods = manager.informer(PODS, label_selector=ISVC_LABEL)
     endpoint_slices = manager.informer(ENDPOINT_SLICES, label_selector=SERVICE_NAME_LABEL)
-    leases = manager.informer(LEASES)
+    leases = manager.informer(LEASES, label_selector=POOL_LABEL)
     observer = LeaseObserver()
     leases.add_handler(observer)  # before the controller's handler: seen before reconciled
     recorder = manager.event_recorder(EVENT_REPORTER, identity)

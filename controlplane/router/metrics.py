@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from controlplane.controllers import poolmetrics
 from controlplane.runtime.metrics import REGISTRY
 
 SWAPS_TOTAL = Counter(
@@ -43,9 +44,5 @@ PROXY_REQUESTS = Counter(
     ("model", "code", "reason"),
     registry=REGISTRY,
 )
-MEMBER_WRITE_CONFLICTS = Counter(
-    "modelpool_member_write_conflicts_total",
-    "Member writes refused with 409 (MemberWriteConflict) and re-decided from a fresh read.",
-    ("pool", "member"),
-    registry=REGISTRY,
-)
+#: Shared with the pool controller: one definition of the family (see its module).
+MEMBER_WRITE_CONFLICTS = poolmetrics.MEMBER_WRITE_CONFLICTS

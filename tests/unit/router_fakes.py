@@ -4,10 +4,15 @@
 ``tests/e2e/test_fake_api_contract.py`` runs the same scenarios against both):
 
 * an update whose ``metadata.resourceVersion`` differs from the stored one is 409 Conflict;
-* an update **without** a resourceVersion is an unconditional write for built-in kinds whose
-  strategy allows it (Leases: accepted, last write wins), but 422 Invalid for custom resources
-  (``metadata.resourceVersion: Invalid value: 0x0: must be specified for an update``);
-* create of an existing name is 409 AlreadyExists; get/update of a missing one 404.
+* an update **without** a resourceVersion is 422 Invalid (``metadata.resourceVersion: Invalid
+  value: 0: must be specified for an update``) for Leases and custom resources alike; only kinds
+  whose strategy allows unconditional updates (ConfigMaps) accept it;
+* an update of a missing Lease *creates* it (its strategy allows create-on-update); of a missing
+  custom resource it is 404;
+* create of an existing name is 409 AlreadyExists; get of a missing one 404.
+
+Every call yields to the event loop before it answers, as a real request does, so a
+cancellation can arrive in the middle of one.
 
 Faults a test can inject: :attr:`broken` (every call 500), :attr:`conflicts` (someone writes just
 before our next update), :attr:`lost_answers` (the write lands, the reply is an error), and
@@ -21,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from controlplane.runtime.errors import (
     AlreadyExists,
@@ -33,8 +39,10 @@ from controlplane.runtime.errors import (
 from controlplane.runtime.resources import Resource
 
 Object = dict[str, Any]
-#: Built-in kinds whose updates may omit resourceVersion (their strategy allows it).
-UNCONDITIONAL_UPDATES = {"leases", "configmaps", "deployments", "pods", "services"}
+#: Kinds whose updates may omit resourceVersion (checked against v1.36.3).
+UNCONDITIONAL_UPDATES = {"configmaps"}
+#: Kinds whose update of a missing object creates it.
+CREATE_ON_UPDATE = {"leases"}
 
 
 class FakeApi:
@@ -52,6 +60,7 @@ class FakeApi:
 
     async def _enter(self) -> None:
         self.calls += 1
+        await anyio.lowlevel.checkpoint()
         if self.hang:
             await anyio.sleep_forever()
         if self.broken:
@@ -90,6 +99,11 @@ class FakeApi:
         await self._enter()
         name = obj["metadata"]["name"]
         current = self.objects.get((resource.plural, name))
+        if current is None and resource.plural in CREATE_ON_UPDATE:
+            self.writes.append(("update", resource.plural, copy.deepcopy(obj)))
+            stored = self.put(resource, obj)
+            self._lose_answer(resource.plural)
+            return stored
         if current is None:
             raise NotFound(404, "NotFound", f"{name} not found")
         if self.conflicts.get(resource.plural, 0) > 0:

@@ -19,6 +19,7 @@ from controlplane.api.v1alpha1.activation import (
     TARGET_ANNOTATION,
     pool_lease_name,
     read_activation,
+    released,
 )
 from controlplane.controllers.poolintent import LeaseObserver
 from controlplane.router import metrics
@@ -33,6 +34,7 @@ from controlplane.router.errors import (
 from controlplane.router.lease import LeaseCoordinator, Renewal
 from controlplane.router.retryafter import SwapHistory
 from controlplane.router.routing import Route
+from controlplane.runtime.metrics import REGISTRY
 from controlplane.runtime.resources import LEASES
 from tests.unit.router_fakes import FakeApi, FakeView
 
@@ -263,6 +265,35 @@ async def test_one_replica_never_retargets_its_own_running_swap() -> None:
         await play_controller(view, api, activator)
         await until(lambda: "a" in answers and not activator.swaps)
     assert [read_activation(c).target for c in claims_by(api, "me")] == ["b", "a"]
+
+
+async def test_a_swap_for_another_target_waits_for_the_pools_turn_even_when_the_lease_is_free() -> (
+    None
+):
+    """The Lease alone does not keep a replica's second swap out: when b's claim is cleared
+    under it (here by an admin), c's swap on the same replica must still wait for b's turn to
+    end, and b's swap claims again."""
+    view, api = cluster()
+    activator = new_activator(view, api, duration=1)
+    answers: dict[str, str] = {}
+    async with running(activator) as group:
+
+        async def ask(member: str) -> None:
+            answers[member] = await activator.upstream(Route(member, member, "gpu-0"))
+
+        group.start_soon(ask, "b")
+        await until(lambda: holder(api) == "me")
+        group.start_soon(ask, "c")
+        await anyio.sleep(0.1)
+        await api.update(LEASES, released(lease(api)))  # b's claim is gone; the Lease is free
+        await until(lambda: len(claims_by(api, "me")) >= 2)
+        await anyio.sleep(0.5)
+        assert [read_activation(c).target for c in claims_by(api, "me")] == ["b", "b"]
+        await play_controller(view, api, activator)
+        await until(lambda: "b" in answers)
+        await until(lambda: read_activation(lease(api)).target == "c")
+        await play_controller(view, api, activator)
+        await until(lambda: "c" in answers and not activator.swaps)
 
 
 async def test_claim_renew_and_release_check_the_target_as_well_as_the_holder() -> None:
@@ -529,10 +560,20 @@ async def test_a_member_slower_than_the_budget_still_becomes_resident_for_a_retr
     assert activator.history.expected("gpu-0", "b") is not None
 
 
+def pool_samples(name: str) -> float:
+    """The sum of a router metric's samples for pool gpu-0, whatever its other labels."""
+    total = 0.0
+    for family in REGISTRY.collect():
+        for sample in family.samples:
+            if sample.name == name and sample.labels.get("pool") == "gpu-0":
+                total += sample.value
+    return total
+
+
 async def test_swaps_are_counted_only_by_the_replica_that_drove_them() -> None:
     view, api = cluster()
-    counted = metrics.SWAPS_TOTAL.labels("gpu-0", "a", "b")
-    before = counted._value.get()
+    before = pool_samples("modelpool_swaps_total")
+    durations = pool_samples("modelpool_swap_duration_seconds_count")
     driver, follower = new_activator(view, api, "driver"), new_activator(view, api, "follower")
     async with running(driver) as group, running(follower):
         answered: list[str] = []
@@ -547,4 +588,5 @@ async def test_swaps_are_counted_only_by_the_replica_that_drove_them() -> None:
         await play_controller(view, api, driver)
         follower.notifier.notify()
         await until(lambda: len(answered) == 2 and not driver.swaps and not follower.swaps)
-    assert counted._value.get() == before + 1
+    assert pool_samples("modelpool_swaps_total") == before + 1
+    assert pool_samples("modelpool_swap_duration_seconds_count") == durations + 1
