@@ -404,7 +404,7 @@ async def scrape_swaps(url: str) -> Counter[tuple[str, str, str]]:
 # -- the clients ---------------------------------------------------------------------------------
 
 
-def body_for(kind: str, member: str) -> Object | bytes:
+def body_for(kind: str, member: str) -> Object:
     model = model_of(member)
     hello = [{"role": "user", "content": "hello storm"}]
     if kind == "no-messages":
