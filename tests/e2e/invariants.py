@@ -52,7 +52,7 @@ import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from controlplane.api.v1alpha1 import ModelPool
-from controlplane.api.v1alpha1.activation import TARGET_ANNOTATION, pool_lease_name
+from controlplane.api.v1alpha1.activation import pool_lease_name, read_activation
 from controlplane.controllers.inferenceservice import ISVC_LABEL
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.config import ClientConfig
@@ -457,15 +457,11 @@ class PoolInvariantMonitor:
             leases.pop(name, None)
         else:
             spec = obj.get("spec") or {}
-            annotations = obj["metadata"].get("annotations") or {}
+            activation = read_activation(obj)
             renewed = _parse_time(spec.get("renewTime") or spec.get("acquireTime"))
-            duration = spec.get("leaseDurationSeconds")
+            duration = activation.duration
             expires = renewed + float(duration) if renewed is not None and duration else None
-            lease = _Lease(
-                str(spec.get("holderIdentity") or ""),
-                str(annotations.get(TARGET_ANNOTATION) or ""),
-                expires,
-            )
+            lease = _Lease(activation.holder, activation.target or "", expires)
             previous = self._leases.get(name)
             if previous is None or (previous.holder, previous.target) != (
                 lease.holder,

@@ -21,11 +21,12 @@ from __future__ import annotations
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService
+from controlplane.router.lease import ObjectApi
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import AlreadyExists, Conflict, Invalid, KubeError, NotFound
 from controlplane.runtime.resources import LEASES, Resource
@@ -44,16 +45,8 @@ ISVC = InferenceService.resource()
 UNSEEN_VERSION = "999999999"
 
 
-class Api(Protocol):
-    """The verbs both backends share, with the signatures the router calls them by."""
-
-    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Object: ...
-
-    async def create(
-        self, resource: Resource, obj: Object, namespace: str | None = None
-    ) -> Object: ...
-
-    async def update(self, resource: Resource, obj: Object) -> Object: ...
+#: The verbs both backends share, with the signatures the router calls them by.
+Api = ObjectApi
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
-from controlplane.api.v1alpha1.activation import TARGET_ANNOTATION, pool_lease_name
+from controlplane.api.v1alpha1.activation import pool_lease_name, read_activation
 from controlplane.controllers.modelrouter import activation_name, proxy_name
 from controlplane.dev import RouterProxyProcess, kubeconfig_for_token
 from controlplane.runtime.client import KubeClient
@@ -384,9 +384,8 @@ async def held_lease(admin: KubeClient, namespace: str, pool: str) -> tuple[str,
         lease = await admin.get(LEASES, pool_lease_name(pool), namespace)
     except NotFound:
         return None
-    holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
-    target = str((lease["metadata"].get("annotations") or {}).get(TARGET_ANNOTATION) or "")
-    return (holder, target) if holder else None
+    activation = read_activation(lease)
+    return (activation.holder, activation.target or "") if activation.holder else None
 
 
 async def scrape_swaps(url: str) -> Counter[tuple[str, str, str]]:
