@@ -232,13 +232,11 @@ class Activator:
 
     async def hold(self, pool: str, member: str) -> str:
         """Hold until ``member`` of ``pool`` is ready (within budget), joining its swap."""
-        if self.stopping:
-            raise ProxyStopping(f"this router-proxy replica is stopping; {member} was not started")
+        swap = self._join(pool, member)  # raises ProxyStopping on a stopping replica
         budget = self.budget(pool)
         started = self.clock()
         gauge = metrics.HELD_REQUESTS.labels(pool)
         gauge.inc()
-        swap = self._join(pool, member)
         try:
             with anyio.move_on_after(budget):
                 while True:
@@ -288,7 +286,7 @@ class Activator:
 
     def _join(self, pool: str, member: str) -> Swap:
         if self.stopping or self._group is None:
-            raise ProxyStopping(f"this router-proxy replica is not running swaps; {member} waits")
+            raise ProxyStopping(f"this router-proxy replica is stopping; {member} was not started")
         key = (pool, member)
         swap = self.swaps.get(key)
         if swap is None or swap.finished:
