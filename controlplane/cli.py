@@ -7,10 +7,8 @@ import functools
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,7 +20,7 @@ from controlplane.preflight import command as preflight_command
 from controlplane.router import command as router_command
 from controlplane.runtime.logs import configure_logging
 from controlplane.sim import command as sim_command
-from controlplane.sim import nodecommand as sim_node_command
+from controlplane.standin import command as sim_node_command
 
 log = logging.getLogger("controlplane")
 
@@ -70,32 +68,10 @@ def cmd_demo(_: argparse.Namespace) -> int:
 
 def cmd_dev(_: argparse.Namespace) -> int:
     """Run the control plane, the operator and the node stand-in until Ctrl-C or SIGTERM."""
-    from controlplane.dev import local_system
+    from controlplane.dev import run_dev
 
     plane = _start_plane()
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    # A stable path, so a second shell can use it without copying the temporary one.
-    link = Path.cwd() / ".dev-kubeconfig"
-    try:
-        with local_system(
-            plane.admin_kubeconfig, functools.partial(_run_kubectl, plane), plane.workdir
-        ):
-            shutil.copyfile(plane.admin_kubeconfig, link)
-            link.chmod(0o600)
-            print(
-                f"kubeconfig: {link}\n  export KUBECONFIG={link}\n"
-                "  kubectl apply -f manifests/samples/   # InferenceServices, a pool, a router\n"
-                f"logs of the operator and the stand-in: {plane.workdir}\nCtrl-C stops it.",
-                flush=True,
-            )
-            stop.wait()
-    finally:
-        plane.stop()
-        link.unlink(missing_ok=True)
-    print("stopped", flush=True)
-    return 0
+    return run_dev(plane, functools.partial(_run_kubectl, plane))
 
 
 def cmd_operator(args: argparse.Namespace) -> int:

@@ -1,10 +1,12 @@
 """Running the system locally: the operator under its own ServiceAccount, and the node stand-in.
 
-Used by ``controlplane demo`` and by the e2e tests, so both run the operator the way a cluster
-would: a separate process (``controlplane operator``) authenticated by a TokenRequest token of
-``modelpool-system/modelpool-operator`` and allowed only what the generated RBAC manifests grant.
-The node stand-in (``controlplane sim-node``) runs as the cluster admin: it plays the node and the
-built-in controllers, which are not part of the operator's permissions.
+Used by ``controlplane demo``, ``controlplane dev`` and the e2e tests, so all run the operator the
+way a cluster would: a separate process (``controlplane operator``) authenticated by a TokenRequest
+token of ``modelpool-system/modelpool-operator`` and allowed only what the generated RBAC
+manifests grant. The node stand-in (``controlplane sim-node``, :mod:`controlplane.standin`) runs
+as the cluster admin: it plays the node and the built-in controllers, which are not part of the
+operator's permissions. For ``demo`` and ``dev`` it also plays the router-proxy pods, each as the
+router's ServiceAccount, and logs each router's local address, which ``dev`` prints.
 
 Every process started here dies with its parent (``PR_SET_PDEATHSIG``) and is stopped with
 SIGTERM, then SIGKILL after a grace period.
@@ -14,9 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -27,28 +33,15 @@ import httpx
 import yaml
 
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT
+from controlplane.envtest import ControlPlane
 from controlplane.envtest.process import free_port
 from controlplane.runtime.client import KubeClient
-from controlplane.runtime.resources import SERVICE_ACCOUNTS
-from controlplane.sim.process import die_with_parent
+from controlplane.standin.process import die_with_parent
+from controlplane.standin.tokens import TOKEN_SECONDS, service_account_token
 
-#: Lifetime asked for the operator's token: longer than any local run.
-TOKEN_SECONDS: Final = 3600
+__all__ = ["TOKEN_SECONDS", "service_account_token"]  # and everything public below
+
 STOP_GRACE_SECONDS: Final = 30.0
-
-
-async def service_account_token(
-    admin: KubeClient, namespace: str, account: str, seconds: int = TOKEN_SECONDS
-) -> str:
-    """A bound token for ``namespace/account`` (TokenRequest, as the kubelet would mount)."""
-    request = {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "metadata": {"name": account},
-        "spec": {"expirationSeconds": seconds},
-    }
-    answer = await admin.create(SERVICE_ACCOUNTS, request, namespace, subresource="token")
-    return str(answer["status"]["token"])
 
 
 def kubeconfig_for_token(admin_kubeconfig: Path, token: str, path: Path) -> Path:
@@ -153,7 +146,8 @@ class OperatorProcess(LocalProcess):
 
 
 class NodeStandInProcess(LocalProcess):
-    """``controlplane sim-node`` (as the admin): the node for member Deployments."""
+    """``controlplane sim-node`` (as the admin): the node for member Deployments, and for
+    router-proxy Deployments too with ``router_proxies``."""
 
     def __init__(
         self,
@@ -163,6 +157,7 @@ class NodeStandInProcess(LocalProcess):
         namespace: str | None = None,
         load_seconds: float = 0.5,
         token_seconds: float | None = None,
+        router_proxies: bool = False,
         cwd: Path | None = None,
     ) -> None:
         args = [
@@ -175,7 +170,14 @@ class NodeStandInProcess(LocalProcess):
             args += ["--token-seconds", str(token_seconds)]
         if namespace is not None:
             args += ["--namespace", namespace]
+        if router_proxies:
+            args.append("--router-proxies")
         super().__init__(args, workdir / "sim-node.log", cwd=cwd, name="sim-node")
+
+    def router_addresses(self) -> dict[str, str]:
+        """``{"NS/ROUTER": "http://127.0.0.1:PORT"}``: each router Service's local address, as
+        the stand-in logged it."""
+        return {m[1]: m[2] for m in ROUTER_ADDRESS.finditer(self.output())}
 
 
 class RouterProxyProcess(LocalProcess):
@@ -221,8 +223,11 @@ DEMO_PARKED: Final = "inferenceservice_qwen.yaml"
 #: The sample pool of those two members, and the sample router in front of it.
 DEMO_POOL: Final = "modelpool.yaml"
 DEMO_ROUTER: Final = "modelrouter.yaml"
-#: What the node stand-in logs once it is running (``controlplane.sim.node.run_node``).
+#: What the node stand-in logs once it is running (``controlplane.standin.controller.run_node``).
 NODE_STARTED: Final = "playing the node for"
+#: What it logs when a router Service gets its local address
+#: (``controlplane.standin.controller.ROUTER_ADDRESS_LOG``).
+ROUTER_ADDRESS: Final = re.compile(r"router (\S+/\S+) answers at (http://\S+)")
 
 
 class Kubectl(Protocol):
@@ -232,9 +237,12 @@ class Kubectl(Protocol):
 
 
 @contextlib.contextmanager
-def local_system(admin_kubeconfig: Path, kubectl: Kubectl, workdir: Path) -> Iterator[None]:
+def local_system(
+    admin_kubeconfig: Path, kubectl: Kubectl, workdir: Path
+) -> Iterator[NodeStandInProcess]:
     """Install ``manifests/default``, run the operator under its ServiceAccount and the node
-    stand-in until the block ends; on failure show the end of their logs."""
+    stand-in (members and router-proxies) until the block ends; on failure show the end of
+    their logs. Every log goes to ``workdir``."""
     from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 
     kubectl("apply", "-k", str(MANIFESTS / "default"))
@@ -247,11 +255,11 @@ def local_system(admin_kubeconfig: Path, kubectl: Kubectl, workdir: Path) -> Ite
     account = f"{OPERATOR_NAMESPACE}/{OPERATOR_SERVICE_ACCOUNT}"
     print(f"starting the operator as ServiceAccount {account}, and the node stand-in", flush=True)
     operator = OperatorProcess(kubeconfig, workdir, "modelpool-operator", "operator-local")
-    node = NodeStandInProcess(admin_kubeconfig, workdir, load_seconds=2.0)
+    node = NodeStandInProcess(admin_kubeconfig, workdir, load_seconds=2.0, router_proxies=True)
     try:
         _wait_for_log(node, NODE_STARTED, "the node stand-in to start")
         _wait_ready(operator)
-        yield
+        yield node
     except BaseException:
         for process in (node, operator):
             print(f"--- {process.name} log (last lines)\n{process.output()[-4000:]}", flush=True)
@@ -264,7 +272,7 @@ def local_system(admin_kubeconfig: Path, kubectl: Kubectl, workdir: Path) -> Ite
 
 def demo_inference_services(admin_kubeconfig: Path, kubectl: Kubectl, workdir: Path) -> None:
     """Run the system, serve one sample, ask it something, then show one swap (below)."""
-    with local_system(admin_kubeconfig, kubectl, workdir):
+    with local_system(admin_kubeconfig, kubectl, workdir) as node:
         active = yaml.safe_load((MANIFESTS / "samples" / DEMO_ACTIVE).read_text())
         parked = yaml.safe_load((MANIFESTS / "samples" / DEMO_PARKED).read_text())
         parked["spec"]["replicas"] = 0
@@ -279,14 +287,14 @@ def demo_inference_services(admin_kubeconfig: Path, kubectl: Kubectl, workdir: P
         model = str(active["spec"]["model"]["name"])
         url, answer = anyio.run(_ask, admin_kubeconfig, name, model)
         print(f"POST {url}/v1/chat/completions (model {model}):\n  {answer}", flush=True)
-        demo_model_pool(admin_kubeconfig, kubectl, workdir)
+        demo_model_pool(admin_kubeconfig, kubectl, node)
 
 
-def demo_model_pool(admin_kubeconfig: Path, kubectl: Kubectl, workdir: Path) -> None:
-    """Apply the sample pool and router, run one router-proxy replica as the router's own
-    ServiceAccount, and ask it for the parked model: the proxy holds the request, takes the
-    pool's Lease, the pool controller drains the resident and brings the target up, and the
-    held request is answered."""
+def demo_model_pool(admin_kubeconfig: Path, kubectl: Kubectl, node: NodeStandInProcess) -> None:
+    """Apply the sample pool and router; the stand-in runs the router's proxy replicas as the
+    router's own ServiceAccount. Ask the router's local address for the parked model: a proxy
+    holds the request, takes the pool's Lease, the pool controller drains the resident and
+    brings the target up, and the held request is answered."""
     pool = yaml.safe_load((MANIFESTS / "samples" / DEMO_POOL).read_text())
     router = yaml.safe_load((MANIFESTS / "samples" / DEMO_ROUTER).read_text())
     name, router_name = str(pool["metadata"]["name"]), str(router["metadata"]["name"])
@@ -294,14 +302,26 @@ def demo_model_pool(admin_kubeconfig: Path, kubectl: Kubectl, workdir: Path) -> 
     wait = ("wait", "-n", DEMO_NAMESPACE, f"--timeout={DEMO_READY_TIMEOUT:.0f}s")
     kubectl(*wait, "--for=jsonpath={.status.phase}=Ready", f"mpool/{name}")
     kubectl("apply", "-n", DEMO_NAMESPACE, "-f", str(MANIFESTS / "samples" / DEMO_ROUTER))
-    kubectl(*wait, "--for=create", f"rolebinding/{router_name}-activation")
-    kubectl("get", "-n", DEMO_NAMESPACE, "mpool,isvc,mr,serviceaccount,role,rolebinding")
-    anyio.run(_swap_through_the_proxy, admin_kubeconfig, kubectl, workdir, pool, router_name)
+    kubectl(*wait, "--for=jsonpath={.status.phase}=Ready", f"mr/{router_name}")
+    kubectl("get", "-n", DEMO_NAMESPACE, "mpool,isvc,mr,pods,serviceaccount,role,rolebinding")
+    url = wait_router_address(node, f"{DEMO_NAMESPACE}/{router_name}")
+    print(f"router {DEMO_NAMESPACE}/{router_name} answers at {url}", flush=True)
+    anyio.run(_swap_through_the_router, admin_kubeconfig, kubectl, url, pool)
     kubectl("get", "-n", DEMO_NAMESPACE, "mpool,isvc")
 
 
-async def _swap_through_the_proxy(
-    admin_kubeconfig: Path, kubectl: Kubectl, workdir: Path, pool: dict[str, Any], router: str
+def wait_router_address(node: NodeStandInProcess, router: str, timeout: float = 60.0) -> str:
+    """The local address the stand-in logged for ``router`` (``NS/NAME``)."""
+    deadline = time.monotonic() + timeout
+    while (url := node.router_addresses().get(router)) is None:
+        if not node.running() or time.monotonic() > deadline:
+            raise RuntimeError(f"no address for router {router}:\n{node.output()[-3000:]}")
+        time.sleep(0.1)
+    return url
+
+
+async def _swap_through_the_router(
+    admin_kubeconfig: Path, kubectl: Kubectl, url: str, pool: dict[str, Any]
 ) -> None:
     from controlplane.api.v1alpha1 import InferenceService, ModelPool
     from controlplane.runtime.config import ClientConfig
@@ -315,64 +335,48 @@ async def _swap_through_the_proxy(
         target = next(m for m in members if m != resident)
         isvc = await admin.get(InferenceService.resource(), target, DEMO_NAMESPACE)
         model = str(isvc["spec"]["model"]["name"])
-        # The ServiceAccount and activation Role the ModelRouter controller made for the proxy.
-        account = f"{router}-proxy"
-        token = await service_account_token(admin, DEMO_NAMESPACE, account)
-        kubeconfig = kubeconfig_for_token(admin_kubeconfig, token, workdir / "proxy.kubeconfig")
-        print(f"starting router-proxy for ModelRouter {router} as ServiceAccount {account}")
-        proxy = RouterProxyProcess(kubeconfig, workdir, DEMO_NAMESPACE, "proxy-0", router=router)
-        try:
-            await _wait_http_ok(proxy, f"{proxy.url}/readyz")
 
-            async def pool_status() -> dict[str, Any]:
-                found = await admin.get(ModelPool.resource(), name, DEMO_NAMESPACE)
-                return dict(found.get("status") or {})
+        async def pool_status() -> dict[str, Any]:
+            found = await admin.get(ModelPool.resource(), name, DEMO_NAMESPACE)
+            return dict(found.get("status") or {})
 
-            async def resident_pods() -> int:
-                label = f"inference.modelpool.dev/inferenceservice={resident}"
-                return len((await admin.list(PODS, DEMO_NAMESPACE, label_selector=label)).items)
+        async def resident_pods() -> int:
+            label = f"inference.modelpool.dev/inferenceservice={resident}"
+            return len((await admin.list(PODS, DEMO_NAMESPACE, label_selector=label)).items)
 
-            milestones: tuple[tuple[str, Callable[[dict[str, Any], int], bool]], ...] = (
-                ("the proxy holds the request; the pool is swapping",
-                 lambda s, pods: s.get("pendingMember") == target),
-                (f"{resident} is drained: its pod is gone", lambda s, pods: pods == 0),
-                (f"{target} is resident", lambda s, pods: s.get("residentMember") == target),
-            )  # fmt: skip
+        milestones: tuple[tuple[str, Callable[[dict[str, Any], int], bool]], ...] = (
+            ("the proxy holds the request; the pool is swapping",
+             lambda s, pods: s.get("pendingMember") == target),
+            (f"{resident} is drained: its pod is gone", lambda s, pods: pods == 0),
+            (f"{target} is resident", lambda s, pods: s.get("residentMember") == target),
+        )  # fmt: skip
 
-            async def show_progress() -> None:
-                for what, reached in milestones:
-                    while True:  # polled: a demo shows states, a watch would only add lines
-                        if reached(await pool_status(), await resident_pods()):
-                            break
-                        await anyio.sleep(0.1)
-                    print(f"-- {what}", flush=True)
-                    await anyio.to_thread.run_sync(
-                        lambda: kubectl("get", "-n", DEMO_NAMESPACE, "mpool,isvc,pods")
-                    )
+        async def show_progress() -> None:
+            for what, reached in milestones:
+                while True:  # polled: a demo shows states, a watch would only add lines
+                    if reached(await pool_status(), await resident_pods()):
+                        break
+                    await anyio.sleep(0.1)
+                print(f"-- {what}", flush=True)
+                await anyio.to_thread.run_sync(
+                    lambda: kubectl("get", "-n", DEMO_NAMESPACE, "mpool,isvc,pods")
+                )
 
-            body = {
-                "model": model,
-                "messages": [{"role": "user", "content": "hello via the proxy"}],
-            }
-            print(f"POST {proxy.url}/v1/chat/completions (model {model}) ...", flush=True)
-            with anyio.fail_after(DEMO_READY_TIMEOUT):
-                async with (
-                    anyio.create_task_group() as group,
-                    httpx.AsyncClient(timeout=DEMO_READY_TIMEOUT) as http,
-                ):
-                    group.start_soon(show_progress)
-                    response = await http.post(f"{proxy.url}/v1/chat/completions", json=body)
-                    metrics = (await http.get(f"{proxy.url}/metrics")).text
-            response.raise_for_status()
-            answer = response.json()["choices"][0]["message"]["content"]
-            print(f"  answered by {response.json().get('model')}: {answer}", flush=True)
-            swaps = [line for line in metrics.splitlines() if line.startswith("modelpool_swaps")]
-            print("  " + "\n  ".join(swaps), flush=True)
-        except BaseException:
-            print(f"--- {proxy.name} log (last lines)\n{proxy.output()[-4000:]}", flush=True)
-            raise
-        finally:
-            print(f"{proxy.name} stopped (exit code {proxy.stop()})", flush=True)
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": "hello via the proxy"}],
+        }
+        print(f"POST {url}/v1/chat/completions (model {model}) ...", flush=True)
+        with anyio.fail_after(DEMO_READY_TIMEOUT):
+            async with (
+                anyio.create_task_group() as group,
+                httpx.AsyncClient(timeout=DEMO_READY_TIMEOUT) as http,
+            ):
+                group.start_soon(show_progress)
+                response = await http.post(f"{url}/v1/chat/completions", json=body)
+        response.raise_for_status()
+        answer = response.json()["choices"][0]["message"]["content"]
+        print(f"  answered by {response.json().get('model')}: {answer}", flush=True)
 
 
 async def _wait_http_ok(process: LocalProcess, url: str, timeout: float = 60.0) -> None:
@@ -437,3 +441,49 @@ async def _ask(admin_kubeconfig: Path, service: str, model: str) -> tuple[str, s
         response = await http.post(f"{url}/v1/chat/completions", json=body)
     response.raise_for_status()
     return url, str(response.json()["choices"][0]["message"]["content"])
+
+
+# -- make dev --------------------------------------------------------------------------------------
+
+#: Where ``make dev`` leaves the admin kubeconfig (in the current folder), for a second shell.
+DEV_KUBECONFIG: Final = ".dev-kubeconfig"
+#: How often ``make dev`` looks at the stand-in's log for new router addresses.
+DEV_POLL_SECONDS: Final = 0.5
+
+
+def run_dev(plane: ControlPlane, kubectl: Kubectl) -> int:
+    """``make dev``: the operator and the node stand-in (members and router-proxies) on the
+    started ``plane`` until Ctrl-C or SIGTERM, printing each router's local address as it comes.
+    Every log (the control plane's included) is kept in a folder that outlives the run."""
+    logs = Path(tempfile.mkdtemp(prefix="modelpool-dev-"))
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    link = Path.cwd() / DEV_KUBECONFIG  # a stable path, so a second shell can use it
+    try:
+        with local_system(plane.admin_kubeconfig, kubectl, logs) as node:
+            shutil.copyfile(plane.admin_kubeconfig, link)
+            link.chmod(0o600)
+            print(
+                f"kubeconfig: {link}\n  export KUBECONFIG={link}\n"
+                "  kubectl apply -f manifests/samples/   # InferenceServices, a pool, a router\n"
+                "  (the stand-in runs each router's proxy pods and prints where the router "
+                "answers)\n"
+                f"logs: {logs}\nCtrl-C stops it.",
+                flush=True,
+            )
+            shown: set[str] = set()
+            while not stop.wait(DEV_POLL_SECONDS):
+                if not node.running():
+                    raise RuntimeError(f"the node stand-in exited:\n{node.output()[-3000:]}")
+                for router, url in node.router_addresses().items():
+                    if router not in shown:
+                        shown.add(router)
+                        print(f"router {router} answers at {url}", flush=True)
+    finally:
+        with contextlib.suppress(OSError):
+            shutil.copytree(plane.workdir / "logs", logs / "controlplane", dirs_exist_ok=True)
+        plane.stop()
+        link.unlink(missing_ok=True)
+        print(f"stopped; logs kept in {logs}", flush=True)
+    return 0

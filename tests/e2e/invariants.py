@@ -15,7 +15,7 @@ the test, at teardown, with the record of every violation it saw:
   (``sample_processes=False``).
 * **Processes alive** (sampled). The node stand-in starts each member pod's simulator with its
   identity in the environment (``MODELPOOL_POD``, ``MODELPOOL_MEMBER``; see
-  :func:`controlplane.sim.process.identity_env`). A thread lists ``/proc`` every
+  :func:`controlplane.standin.process.identity_env`). A thread lists ``/proc`` every
   :data:`SAMPLE_INTERVAL_SECONDS`, reads the environment of each new process once, and counts a
   simulator as running until its ``/proc`` entry is gone or it is a zombie (its memory is freed).
   Two members of one pool alive in one sample is a violation. The thread sleeps at least nine
@@ -58,7 +58,7 @@ from controlplane.runtime.client import KubeClient
 from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.informer import DeletedFinalStateUnknown, Informer
 from controlplane.runtime.resources import LEASES, PODS
-from controlplane.sim.process import MEMBER_ENV, POD_ENV
+from controlplane.standin.process import MEMBER_ENV, POD_ENV
 
 #: How often ``/proc`` is sampled (the brief: every 10 to 20 ms).
 SAMPLE_INTERVAL_SECONDS: Final = 0.015

@@ -3,7 +3,7 @@
 A monitor that never fires proves nothing, so here the invariant is broken on purpose, with no
 operator running (nothing would prevent it): two member pods of one pool created one after the
 other as the admin, and two simulator processes carrying two members' identities
-(:func:`controlplane.sim.process.identity_env`, as the node stand-in starts them). Each must be
+(:func:`controlplane.standin.process.identity_env`, as the node stand-in starts them). Each must be
 reported with what was seen; the same steps done in order (the first gone before the second
 comes) must not be. The settle check must name a member left running for nobody, accept one that
 a held Lease asks for, and report the held Lease when asked to.
@@ -22,7 +22,7 @@ from controlplane.api.v1alpha1.activation import TARGET_ANNOTATION, pool_lease_n
 from controlplane.controllers.inferenceservice import ISVC_LABEL
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.resources import LEASES, PODS
-from controlplane.sim.process import SimulatorProcess, identity_env, simulator_argv
+from controlplane.standin.process import SimulatorProcess, identity_env, simulator_argv
 from tests.e2e.clusters import TestCluster
 from tests.e2e.invariants import PoolInvariantMonitor, PoolInvariantViolated
 from tests.e2e.kubectl import install

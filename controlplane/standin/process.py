@@ -1,4 +1,7 @@
-"""Simulator child processes for the node stand-in: started, located, stopped, never left behind.
+"""The node stand-in's pod processes: started, located, stopped, never left behind.
+
+A member pod's container is a simulator (:class:`SimulatorProcess`); a router-proxy pod's is a
+``controlplane router-proxy`` (:class:`ProxyProcess`), told its loopback port on the command line.
 
 A simulator is ``python -m controlplane.cli sim --port 0 ...``; it binds before loading and prints
 ``listening on http://HOST:PORT`` on stdout, which is read here to learn the port. Its log
@@ -75,8 +78,12 @@ def simulator_argv(
     return argv
 
 
-class SimulatorProcess:
-    """One running simulator; :attr:`url` is known once :meth:`start` returns."""
+class PodProcess:
+    """A pod's process: started by :meth:`start`, which returns its URL; its readiness is
+    ``GET url + health_path`` answering 200."""
+
+    #: What the stand-in polls for readiness (a kubelet's readiness probe).
+    health_path = "/health"
 
     def __init__(
         self, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None
@@ -99,6 +106,31 @@ class SimulatorProcess:
     @property
     def returncode(self) -> int | None:
         return self._popen.poll() if self._popen is not None else None
+
+    async def start(self, timeout: float = START_TIMEOUT_SECONDS) -> str:
+        raise NotImplementedError
+
+    async def stop(self, grace: float = STOP_GRACE_SECONDS) -> int | None:
+        """SIGTERM, wait up to ``grace``, then SIGKILL; returns the exit code. Idempotent."""
+        popen = self._popen
+        if popen is None:
+            return None
+        if popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(popen.pid, signal.SIGTERM)
+            try:
+                await anyio.to_thread.run_sync(popen.wait, grace, abandon_on_cancel=True)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(popen.pid, signal.SIGKILL)
+                await anyio.to_thread.run_sync(popen.wait)
+        if popen.stdout is not None:
+            popen.stdout.close()
+        return popen.returncode
+
+
+class SimulatorProcess(PodProcess):
+    """One running simulator; :attr:`url` is known once :meth:`start` returns."""
 
     async def start(self, timeout: float = START_TIMEOUT_SECONDS) -> str:
         """Start the process and return its URL once it has announced it."""
@@ -131,23 +163,37 @@ class SimulatorProcess:
         self.port = int(self.url.rpartition(":")[2])
         return self.url
 
-    async def stop(self, grace: float = STOP_GRACE_SECONDS) -> int | None:
-        """SIGTERM, wait up to ``grace``, then SIGKILL; returns the exit code. Idempotent."""
-        popen = self._popen
-        if popen is None:
-            return None
-        if popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(popen.pid, signal.SIGTERM)
-            try:
-                await anyio.to_thread.run_sync(popen.wait, grace, abandon_on_cancel=True)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(popen.pid, signal.SIGKILL)
-                await anyio.to_thread.run_sync(popen.wait)
-        if popen.stdout is not None:
-            popen.stdout.close()
-        return popen.returncode
+
+class ProxyProcess(PodProcess):
+    """A ``controlplane router-proxy`` told to listen on ``port`` (in its ``argv``); its output
+    goes to the log, and it is ready when ``/readyz`` answers 200."""
+
+    health_path = "/readyz"
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        log_path: Path,
+        port: int,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(argv, log_path, env)
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+
+    async def start(self, timeout: float = START_TIMEOUT_SECONDS) -> str:
+        """Start the process; it binds its port at once and becomes ready later."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:  # forked from the loop's thread, as above
+            self._popen = subprocess.Popen(  # noqa: ASYNC220
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
+                preexec_fn=die_with_parent,
+            )
+        return self.url
 
 
 def _read_line(stream: IO[bytes]) -> str:

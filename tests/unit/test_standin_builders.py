@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.sim.node import (
+from controlplane.standin.builders import (
     NODE_NAME,
     POD_TEMPLATE_HASH_LABEL,
     Backend,

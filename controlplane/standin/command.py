@@ -1,6 +1,6 @@
 """``controlplane sim-node``: the node stand-in's command line, kept light for the CLI to import.
 
-The stand-in itself (:mod:`controlplane.sim.node`) is imported when the command runs.
+The stand-in itself (:mod:`controlplane.standin.controller`) is imported when the command runs.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 
 from controlplane.cliargs import seconds
-from controlplane.sim.nodesettings import (
+from controlplane.standin.settings import (
     DEFAULT_LOAD_SECONDS,
     DEFAULT_RESYNC_SECONDS,
     DEFAULT_TOKEN_SECONDS,
@@ -39,7 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="how often a running simulator is re-checked (the kubelet's sync loop)",
     )
     parser.add_argument(
-        "--log-dir", type=Path, default=None, help="simulator logs (default: a temporary folder)"
+        "--log-dir", type=Path, default=None, help="pod process logs (default: a temporary folder)"
+    )
+    parser.add_argument(
+        "--router-proxies",
+        action="store_true",
+        help="also play router-proxy Deployments: router-proxy processes as their ServiceAccount, "
+        "one local address per router Service",
     )
     parser.add_argument(
         "--keep-pods-on-exit",
@@ -56,14 +62,15 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
         token_seconds=args.token_seconds,
         resync_seconds=args.resync_seconds,
         log_dir=log_dir,
+        router_proxies=args.router_proxies,
         delete_pods_on_exit=not args.keep_pods_on_exit,
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Play the node for member Deployments: simulator pods, their status, EndpointSlices."""
+    """Play the node for member (and router-proxy) Deployments: pods, statuses, EndpointSlices."""
     from controlplane.runtime.config import ClientConfig
-    from controlplane.sim.node import run_node
+    from controlplane.standin.controller import run_node
 
     anyio.run(run_node, ClientConfig.load(args.kubeconfig), settings_from(args))
     return 0

@@ -27,7 +27,11 @@ class NodeSettings:
     token_seconds: float = DEFAULT_TOKEN_SECONDS
     resync_seconds: float = DEFAULT_RESYNC_SECONDS
     starting_poll_seconds: float = DEFAULT_STARTING_POLL_SECONDS
-    #: Where each simulator's log goes (``NAMESPACE_POD.log``).
+    #: Also play router-proxy Deployments (``--router-proxies``): their pods as
+    #: ``controlplane router-proxy`` processes, their Services at one local address each. Off by
+    #: default: e2e tests that run their own proxies want no others.
+    router_proxies: bool = False
+    #: Where each pod's process log goes (``NAMESPACE_POD.log``), and the proxies' credentials.
     log_dir: Path = field(
         default_factory=lambda: Path(tempfile.gettempdir()) / "modelpool-sim-node"
     )
