@@ -310,8 +310,13 @@ class ModelPoolReconciler:
                 log.warning("%s: %s: %s", key, event.reason, event.message)
             else:
                 log.info("%s: %s", key, event.message)
-            kind = "Warning" if event.warning else "Normal"
-            self.recorder.event(pool, kind, event.reason, event.action, event.message)
+            self.recorder.event(
+                pool,
+                "Warning" if event.warning else "Normal",
+                event.reason,
+                event.action,
+                event.message,
+            )
 
     # -- mapping events to pools -----------------------------------------------------------------
 
