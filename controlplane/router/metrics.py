@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from controlplane.controllers import poolmetrics
+from controlplane.controllers import memberwrites
 from controlplane.runtime.metrics import REGISTRY
 
 SWAPS_TOTAL = Counter(
@@ -45,4 +45,4 @@ PROXY_REQUESTS = Counter(
     registry=REGISTRY,
 )
 #: Shared with the pool controller: one definition of the family (see its module).
-MEMBER_WRITE_CONFLICTS = poolmetrics.MEMBER_WRITE_CONFLICTS
+MEMBER_WRITE_CONFLICTS = memberwrites.MEMBER_WRITE_CONFLICTS

@@ -19,11 +19,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.api.v1alpha1 import InferenceService
-from controlplane.controllers.inferenceservice import (
-    CONTROLLER_NAME,
-    ISVC_LABEL,
-    LIVENESS_INITIAL_DELAY_SECONDS,
-)
+from controlplane.controllers.inferenceservice import CONTROLLER_NAME, ISVC_LABEL
+from controlplane.controllers.inferenceservice.desired import LIVENESS_INITIAL_DELAY_SECONDS
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.errors import NotFound

@@ -247,6 +247,17 @@ def rv(obj: Object) -> int:
     return int(obj["metadata"]["resourceVersion"])
 
 
+def isvc_phases(events: list[tuple[str, str, Object]], name: str) -> list[str]:
+    """The phases an InferenceService went through in ``events``, repeats folded."""
+    phases: list[str] = []
+    for kind, _, obj in events:
+        if kind == "isvc" and obj["metadata"]["name"] == name:
+            phase = (obj.get("status") or {}).get("phase")
+            if phase and (not phases or phases[-1] != phase):
+                phases.append(phase)
+    return phases
+
+
 async def warm_pool(admin: KubeClient, namespace: str, pool: str = "gpu") -> None:
     """Members a and b at replicas 0, a pool with default a, waited until a is resident."""
     for name in ("a", "b"):
@@ -346,6 +357,22 @@ async def test_a_swap_waits_for_idle_slots_then_for_the_pods_to_be_gone(
     # then b scaled up.
     assert rv(a_down[0]) < rv(terminating[0]) < rv(deleted[0]) < rv(b_up[0])
     assert await replicas(admin, namespace, "a") == 0
+    # What `kubectl get isvc -w` showed, in the watch's order: the drained member Draining until
+    # its process is gone, the chosen member Starting from the moment its pool chose it (still
+    # at replicas 0, waiting for the slot) until it serves; neither passes through Creating.
+    a_phases, b_phases = isvc_phases(events, "a"), isvc_phases(events, "b")
+    assert a_phases[-2:] == ["Draining", "Stopped"], a_phases
+    assert "Creating" not in a_phases, a_phases
+    assert b_phases[b_phases.index("Starting") :] == ["Starting", "Ready"], b_phases
+    waiting = [o for k, _, o in events if k == "isvc" and o["metadata"]["name"] == "b"
+               and (o.get("status") or {}).get("phase") == "Starting"
+               and o["spec"].get("replicas") == 0]  # fmt: skip
+    assert waiting, "b was never Starting while its pool waited for the slot"
+    (ready_b,) = [c for c in waiting[0]["status"]["conditions"] if c["type"] == "Ready"]
+    assert ready_b["reason"] == "WaitingForSlot", ready_b
+    draining = [o for k, _, o in events if k == "isvc" and o["metadata"]["name"] == "a"
+                and (o.get("status") or {}).get("phase") == "Draining"]  # fmt: skip
+    assert rv(a_down[0]) < rv(draining[0]) < rv(b_up[0])
     await isvc_phase(admin, namespace, "b", "Ready")
     assert await chat(await ready_url(admin, namespace, "b"), "b") == "b"
 

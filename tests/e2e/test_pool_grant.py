@@ -22,7 +22,7 @@ import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
 from controlplane.controllers.inferenceservice import ISVC_LABEL
-from controlplane.controllers.poolgrant import GRANTED_BY_ANNOTATION
+from controlplane.controllers.modelpool.grant import GRANTED_BY_ANNOTATION
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.resources import DEPLOYMENTS, PODS, Resource
 from tests.e2e.clusters import TestCluster

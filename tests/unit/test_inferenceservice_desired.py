@@ -9,7 +9,7 @@ import pytest
 
 from controlplane.api.v1alpha1 import InferenceService
 from controlplane.controllers.children import SPEC_HASH_ANNOTATION, needs_apply
-from controlplane.controllers.inferenceservice import (
+from controlplane.controllers.inferenceservice.desired import (
     ISVC_LABEL,
     desired_deployment,
     desired_service,

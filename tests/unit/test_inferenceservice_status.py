@@ -8,10 +8,13 @@ from typing import Any
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, set_condition
-from controlplane.controllers.inferenceservice import (
+from controlplane.controllers.inferenceservice.status import (
+    Hold,
     PhaseDecision,
+    chosen_by,
     compute_phase,
     desired_status,
+    explain_hold,
     status_changed,
 )
 
@@ -41,19 +44,62 @@ CASES = [
     ("missing, desired 0", 0, None, 0, None, "Creating", "DeploymentCreating"),
     ("never observed", 1, deployment(observed=None), 0, None, "Creating", "DeploymentNotObserved"),
     ("ready", 1, deployment(ready=1, replicas=1), 1, None, "Ready", "ServerReady"),
-    ("still ready while scaling down", 0, deployment(ready=1, replicas=1), 1, None, "Ready",
-     "ServerReady"),
+    ("still ready while scaling down is draining", 0, deployment(ready=1, replicas=1), 1, None,
+     "Draining", "Stopping"),
     ("stopped", 0, deployment(), 0, None, "Stopped", "ScaledToZero"),
-    ("terminating pod is not stopped", 0, deployment(), 1, None, "Creating", "Stopping"),
-    ("deployment still counts a replica", 0, deployment(replicas=1), 0, None, "Creating",
+    ("terminating pod is draining, not stopped", 0, deployment(), 1, None, "Draining",
      "Stopping"),
+    ("deployment still counts a replica", 0, deployment(replicas=1), 0, None, "Draining",
+     "Stopping"),
+    ("a deadline while draining is failed", 0, deployment(deadline=True), 1, None, "Failed",
+     "ProgressDeadlineExceeded"),
     ("deadline exceeded", 1, deployment(replicas=1, deadline=True), 1, None, "Failed",
      "ProgressDeadlineExceeded"),
     ("ready beats an old deadline", 1, deployment(ready=1, replicas=1, deadline=True), 1, None,
      "Ready", "ServerReady"),
     ("stopped beats a deadline", 0, deployment(deadline=True), 0, None, "Stopped", "ScaledToZero"),
-    ("starting", 1, deployment(replicas=1), 1, None, "Creating", "Starting"),
+    ("starting", 1, deployment(replicas=1), 1, None, "Starting", "Starting"),
+    ("raised, no pod yet", 1, deployment(), 0, None, "Starting", "Starting"),
 ]  # fmt: skip
+
+
+def swapping_to(member: str, *, name: str = "gpu", phase: str = "Swapping") -> dict[str, Any]:
+    return {"metadata": {"name": name}, "status": {"phase": phase, "pendingMember": member}}
+
+
+def test_only_a_swapping_pool_that_waits_for_the_member_has_chosen_it() -> None:
+    assert chosen_by([swapping_to("a")], "a") == "gpu"
+    assert chosen_by([swapping_to("b")], "a") is None
+    assert chosen_by([swapping_to("a", phase="Degraded")], "a") is None
+    assert chosen_by([swapping_to("a", name="z"), swapping_to("a", name="y")], "a") == "y, z"
+    assert chosen_by([{"metadata": {"name": "cold"}}], "a") is None
+
+
+# (phase decided from the Deployment, hold) -> (phase, reason) after the pools have their say
+HOLDS = [
+    ("stopped, chosen by its pool: starting", "Stopped", "ScaledToZero", Hold(chosen_by="gpu"),
+     "Starting", "WaitingForSlot"),
+    ("withheld and chosen: starting", "Stopped", "ScaledToZero",
+     Hold(withheld_by="gpu", chosen_by="gpu"), "Starting", "WaitingForSlot"),
+    ("withheld, not chosen: stopped", "Stopped", "ScaledToZero", Hold(withheld_by="gpu"),
+     "Stopped", "NotGranted"),
+    ("draining stays draining though chosen", "Draining", "Stopping", Hold(chosen_by="gpu"),
+     "Draining", "Stopping"),
+    ("ready stays ready", "Ready", "ServerReady", Hold(withheld_by="gpu"), "Ready", "ServerReady"),
+    ("settling", "Stopped", "ScaledToZero", Hold(settle_seconds=1.0), "Creating",
+     "WaitingForPools"),
+    ("nothing held", "Stopped", "ScaledToZero", Hold(), "Stopped", "ScaledToZero"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("phase", "reason", "hold", "want_phase", "want_reason"),
+    [case[1:] for case in HOLDS],
+    ids=[case[0] for case in HOLDS],
+)
+def test_hold_table(phase: str, reason: str, hold: Hold, want_phase: str, want_reason: str) -> None:
+    decision = explain_hold(PhaseDecision(phase, reason, "m"), hold)
+    assert (decision.phase, decision.reason) == (want_phase, want_reason)
 
 
 @pytest.mark.parametrize(
@@ -93,6 +139,7 @@ def test_a_fresh_status_differs_and_carries_everything() -> None:
     written = wanted.to_dict()
     assert written["phase"] == "Ready"
     assert written["readyReplicas"] == 1
+    assert written["desiredReplicas"] == 1, "spec.replicas is absent: the column shows its 1"
     assert written["endpoint"] == "http://llama.ml.svc:8080"
     assert written["observedGeneration"] == 2
     (condition,) = written["conditions"]
@@ -133,3 +180,10 @@ def test_unknown_status_fields_survive() -> None:
     stored = isvc({"phase": "Ready", "futureField": {"x": 1}})
     wanted = desired_status(stored, READY, deployment(ready=1, replicas=1))
     assert wanted.to_dict()["futureField"] == {"x": 1}
+
+
+def test_desired_replicas_follows_the_spec() -> None:
+    scaled = isvc()
+    scaled.spec.replicas = 0
+    stopped = PhaseDecision("Stopped", "ScaledToZero", "gone")
+    assert desired_status(scaled, stopped, deployment()).desired_replicas == 0

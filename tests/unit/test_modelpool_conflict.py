@@ -5,21 +5,20 @@ refused write not repeated."""
 from __future__ import annotations
 
 import copy
-from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
+from controlplane.controllers.memberwrites import MEMBER_WRITE_CONFLICTS_NAME
 from controlplane.controllers.modelpool import REASON_MEMBER_WRITE_CONFLICT, ModelPoolReconciler
-from controlplane.controllers.poolgrant import granted_by
-from controlplane.controllers.poolintent import LeaseObserver
-from controlplane.controllers.poolmetrics import MEMBER_WRITE_CONFLICTS_NAME
+from controlplane.controllers.modelpool.grant import granted_by
+from controlplane.controllers.modelpool.intent import LeaseObserver
+from controlplane.runtime.client import KubeClient
 from controlplane.runtime.controller import Request, Result
 from controlplane.runtime.errors import Conflict
 from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
-from controlplane.runtime.manager import Manager
 from controlplane.runtime.metrics import REGISTRY
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, LEASES, PODS, Resource
 
@@ -81,7 +80,7 @@ def reconciler(api: FakeApi, events: Events, pool: str, *members: Object) -> Mod
                                      {"inferenceServiceRef": {"name": "b"}}],
                          "default": "a"}}  # fmt: skip
     return ModelPoolReconciler(
-        cast(Manager, SimpleNamespace(client=api)),
+        cast(KubeClient, api),
         cast(EventRecorder, events),
         pools=informer(ModelPool.resource(), pool_obj),
         inference_services=informer(InferenceService.resource(), *members),

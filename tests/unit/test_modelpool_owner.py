@@ -13,7 +13,12 @@ from controlplane.api.v1alpha1.activation import (
     pool_lease_name,
 )
 from controlplane.controllers.modelpool import map_lease
-from controlplane.controllers.poolintent import Intent, LeaseObserver, OwnerReason, choose_owner
+from controlplane.controllers.modelpool.intent import (
+    Intent,
+    LeaseObserver,
+    OwnerReason,
+    choose_owner,
+)
 from controlplane.runtime.informer import DeletedFinalStateUnknown
 
 MEMBERS = ["a", "b", "c"]

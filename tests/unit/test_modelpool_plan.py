@@ -9,13 +9,14 @@ import pytest
 
 from controlplane.api.v1alpha1 import ModelPool
 from controlplane.api.v1alpha1.conditions import find_condition
-from controlplane.controllers.modelpool import _deployment_drained, deferral_from
-from controlplane.controllers.poolintent import Intent, Owner, OwnerReason
-from controlplane.controllers.poolplan import (
+from controlplane.controllers.modelpool.intent import Intent, Owner, OwnerReason
+from controlplane.controllers.modelpool.plan import (
     Deferral,
     MemberState,
     Plan,
     PoolView,
+    deferral_from,
+    deployment_drained,
     plan_actions,
     pool_status,
     status_changed,
@@ -183,7 +184,7 @@ def test_plan(snapshot: dict[str, MemberState], owner: str | None, expected: Pla
 def test_a_deployment_is_drained_once_observed_at_zero(
     deployment: dict[str, Any] | None, drained: bool
 ) -> None:
-    assert _deployment_drained(deployment) is drained
+    assert deployment_drained(deployment) is drained
 
 
 # -- deferral --------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 from controlplane.api.v1alpha1 import ModelRouter
 from controlplane.api.v1alpha1.modelrouter import DEFAULT_PROXY_IMAGE
 from controlplane.controllers.children import MANAGED_BY_LABEL, SPEC_HASH_ANNOTATION, needs_apply
-from controlplane.controllers.modelrouter import (
+from controlplane.controllers.modelrouter.desired import (
     PROXY_PORT,
     ROUTER_LABEL,
     activation_rules,

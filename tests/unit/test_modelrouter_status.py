@@ -8,7 +8,7 @@ import pytest
 
 from controlplane.api.v1alpha1 import ModelRouter
 from controlplane.api.v1alpha1.conditions import find_condition
-from controlplane.controllers.modelrouter import (
+from controlplane.controllers.modelrouter.status import (
     ConditionDecision,
     activation_rbac_message,
     backends_ready,

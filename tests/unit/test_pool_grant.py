@@ -13,16 +13,18 @@ from typing import Any, cast
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
-from controlplane.controllers.inferenceservice import (
+from controlplane.controllers.inferenceservice.reconciler import (
+    UNLISTED_SETTLE_SECONDS,
+    InferenceServiceReconciler,
+)
+from controlplane.controllers.inferenceservice.status import (
     REASON_NOT_GRANTED,
     REASON_WAITING_FOR_POOLS,
-    UNLISTED_SETTLE_SECONDS,
     Hold,
-    InferenceServiceReconciler,
     compute_phase,
     explain_hold,
 )
-from controlplane.controllers.poolgrant import (
+from controlplane.controllers.modelpool.grant import (
     GRANTED_BY_ANNOTATION,
     deployment_replicas,
     granted_by,
@@ -30,11 +32,10 @@ from controlplane.controllers.poolgrant import (
     set_grant,
     withheld_by,
 )
-from controlplane.runtime.client import ObjectList
+from controlplane.runtime.client import KubeClient, ObjectList
 from controlplane.runtime.controller import Request
 from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
-from controlplane.runtime.manager import Manager
 from controlplane.runtime.resources import DEPLOYMENTS, PODS, SERVICES, Resource
 
 Object = dict[str, Any]
@@ -194,14 +195,13 @@ class World:
     def __init__(self) -> None:
         self.api = FakeApi()
         self.clock = Clock()
-        manager = cast(Manager, SimpleNamespace(client=self.api))
         recorder = cast(EventRecorder, SimpleNamespace(event=lambda *a: None))
         client = self.api  # informers are never run: only their stores are read
         self.isvcs = Informer(cast(Any, client), InferenceService.resource())
         self.deployments = Informer(cast(Any, client), DEPLOYMENTS)
         self.pools = Informer(cast(Any, client), ModelPool.resource())
         self.reconciler = InferenceServiceReconciler(
-            manager,
+            cast(KubeClient, self.api),
             recorder,
             inference_services=self.isvcs,
             deployments=self.deployments,

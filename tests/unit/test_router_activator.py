@@ -21,7 +21,7 @@ from controlplane.api.v1alpha1.activation import (
     read_activation,
     released,
 )
-from controlplane.controllers.poolintent import LeaseObserver
+from controlplane.controllers.modelpool.intent import LeaseObserver
 from controlplane.router import metrics
 from controlplane.router.activator import ISVC, Activator
 from controlplane.router.errors import (

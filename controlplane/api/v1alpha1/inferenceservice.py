@@ -4,8 +4,17 @@
 the InferenceService controller turns it into its Deployment's replicas. Absent means 1, so an
 InferenceService outside any pool simply runs. A member of a pool runs only once that pool has
 granted it the slot (the ``inference.modelpool.dev/granted-by`` annotation, see
-``controlplane/controllers/poolgrant.py``); ``status.pool`` names the pool that decides, so
-``kubectl get isvc`` shows why a member with ``replicas`` unset is Stopped.
+``controlplane/controllers/modelpool/grant.py``); ``status.pool`` names the pool that decides, so
+``kubectl get isvc`` shows why a member asking for 1 is Stopped.
+
+``spec.replicas`` has no server-side default: what absent means is the operator's to say (today
+1), and a default would be written into every stored object for good. The REPLICAS column shows
+``status.desiredReplicas`` instead, which the controller sets to what the spec asks for, the 1 of an
+absent field included.
+
+``status.phase`` tells a pool's swap: the member being drained is ``Draining`` until its process
+has exited (then ``Stopped``), the member being brought up is ``Starting`` from the moment its pool
+chooses it until its server answers (then ``Ready``).
 """
 
 from __future__ import annotations
@@ -30,11 +39,25 @@ RUNTIME_LLAMACPP: Final = "llamacpp"
 RUNTIMES: Final = (RUNTIME_LLAMACPP,)
 
 PHASE_PENDING: Final = "Pending"
+#: Its Deployment is being created, or no deployment controller has reported on it yet.
 PHASE_CREATING: Final = "Creating"
+#: Asked to run (or chosen by its pool) and not serving yet: the model is loading.
+PHASE_STARTING: Final = "Starting"
 PHASE_READY: Final = "Ready"
+#: Scaled to zero and not gone yet: a pod is still ready or terminating.
+PHASE_DRAINING: Final = "Draining"
+#: Scaled to zero, no pod left: its GPU memory is free.
 PHASE_STOPPED: Final = "Stopped"
 PHASE_FAILED: Final = "Failed"
-PHASES: Final = (PHASE_PENDING, PHASE_CREATING, PHASE_READY, PHASE_STOPPED, PHASE_FAILED)
+PHASES: Final = (
+    PHASE_PENDING,
+    PHASE_CREATING,
+    PHASE_STARTING,
+    PHASE_READY,
+    PHASE_DRAINING,
+    PHASE_STOPPED,
+    PHASE_FAILED,
+)
 
 
 @dataclass(kw_only=True)
@@ -77,7 +100,8 @@ class InferenceServiceSpec(ApiObject):
         maximum=65535,
     )
     replicas: int | None = api_field(
-        "0 or 1; absent means 1. A pool drives this field to activate its members.",
+        "0 or 1; absent means 1. A pool drives this field to activate its members; a member of a "
+        "pool runs only once that pool has granted it the slot.",
         format="int32",
         minimum=0,
         maximum=1,
@@ -102,6 +126,13 @@ class InferenceServiceStatus(ApiObject):
     """Observed state of an InferenceService."""
 
     phase: str | None = api_field("Lifecycle phase.", enum=PHASES)
+    desired_replicas: int | None = api_field(
+        "Replicas the spec asks for: spec.replicas, or 1 when it is absent. A member of a pool "
+        "runs only once that pool has granted it the slot (see pool and the Ready condition).",
+        format="int32",
+        minimum=0,
+        maximum=1,
+    )
     ready_replicas: int | None = api_field(
         "Ready replicas of the server's Deployment.", format="int32", minimum=0
     )
@@ -124,7 +155,12 @@ class InferenceService(CustomObject):
     SHORT_NAMES: ClassVar[tuple[str, ...]] = ("isvc",)
     PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = (
         PrinterColumn("Model", ".spec.model.name", description="Model name"),
-        PrinterColumn("Replicas", ".spec.replicas", "integer", "Desired replicas (absent: 1)"),
+        PrinterColumn(
+            "Replicas",
+            ".status.desiredReplicas",
+            "integer",
+            "Replicas asked for: spec.replicas, 1 when unset",
+        ),
         PrinterColumn("Pool", ".status.pool", description="Pool that decides when it runs"),
         PrinterColumn("Ready", ".status.readyReplicas", "integer", "Ready replicas"),
         PrinterColumn("Phase", ".status.phase", description="Lifecycle phase"),

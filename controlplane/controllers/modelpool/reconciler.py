@@ -1,27 +1,27 @@
-"""The ModelPool controller: one exclusive GPU slot, shared by the pool's members (DESIGN 4).
+"""The ModelPool reconciler: one exclusive GPU slot, shared by the pool's members (DESIGN 4).
 
 Each reconcile reads everything from the caches and acts in three steps:
 
-1. **Owner.** :func:`~controlplane.controllers.poolintent.choose_owner` picks the member the slot
-   belongs to: the target of a valid activation intent (the pool's Lease, see
-   :mod:`controlplane.api.v1alpha1.activation`), else the resident (sticky), else ``default``, else
-   nobody. Expiry of the intent is judged on our clock (:class:`LeaseObserver`).
-2. **Plan and act** (:func:`~controlplane.controllers.poolplan.plan_actions`). Non-owners are
-   drained: one that serves requests goes to ``replicas: 0`` only after its idle probe
-   (llama.cpp ``GET /slots``, :class:`~controlplane.runtimes.llamacpp.SlotsProbe`) says idle on
-   every ready endpoint; busy is ``PodsBusy``, anything unproven is ``IdleCheckFailed``, and both
-   defer the drain (``SwapDeferred=True``, a Warning event, a re-probe after
-   :data:`DEFER_REQUEUE_SECONDS`: ``/slots`` changes produce no watch event). The owner goes to
-   ``replicas: 1`` only when every other member is at 0 with no pod left, Terminating included.
-   A member that does not exist makes the pool Degraded and no replica is changed.
-3. **Status** (:func:`~controlplane.controllers.poolplan.pool_status`), written through the status
-   subresource only when it differs, with the cached ``resourceVersion``; events for a swap
-   started, completed or abandoned, a deferral, and degradation.
+1. **Owner.** :func:`~.intent.choose_owner` picks the member the slot belongs to: the target of
+   a valid activation intent (the pool's Lease, see :mod:`controlplane.api.v1alpha1.activation`),
+   else the resident (sticky), else ``default``, else nobody. Expiry of the intent is judged on our
+   clock (:class:`~.intent.LeaseObserver`).
+2. **Plan and act** (:func:`~.plan.plan_actions`). Non-owners are drained: one that serves
+   requests goes to ``replicas: 0`` only after its idle probe (llama.cpp ``GET /slots``,
+   :class:`~controlplane.runtimes.llamacpp.SlotsProbe`) says idle on every ready endpoint; busy is
+   ``PodsBusy``, anything unproven is ``IdleCheckFailed``, and both defer the drain
+   (``SwapDeferred=True``, a Warning event, a re-probe after :data:`~.plan.DEFER_REQUEUE_SECONDS`:
+   ``/slots`` changes produce no watch event). The owner goes to ``replicas: 1`` only when every
+   other member is at 0 with no pod left, Terminating included. A member that does not exist
+   makes the pool Degraded and no replica is changed.
+3. **Status** (:func:`~.plan.pool_status`), written through the status subresource only when it
+   differs, with the cached ``resourceVersion``; events for a swap started, completed or
+   abandoned, a deferral, and degradation (:func:`~.plan.transitions`).
 
 **The pool is the only authority on its members' replicas** (DESIGN 4.6): the write that sets the
 owner's ``replicas: 1`` also grants it the slot (``inference.modelpool.dev/granted-by: <pool>``,
-:mod:`~controlplane.controllers.poolgrant`), and the write that sets a member to 0 revokes it. The
-InferenceService controller never raises a member's Deployment without that grant, so a member
+:mod:`~.grant`), and the write that sets a member to 0 revokes it. The InferenceService
+controller never raises a member's Deployment without that grant, so a member
 whose ``replicas`` is unset (= 1) does not run merely for being applied.
 
 **Writes are optimistic.** A member is scaled by an update of the cached InferenceService, which
@@ -53,31 +53,26 @@ import anyio
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelPoolStatus
 from controlplane.api.v1alpha1.activation import POOL_LABEL, pool_for_lease, pool_lease_name
 from controlplane.api.v1alpha1.inferenceservice import RUNTIME_LLAMACPP
-from controlplane.api.v1alpha1.modelpool import (
-    PHASE_DEGRADED,
-    REASON_IDLE_CHECK_FAILED,
-    REASON_PODS_BUSY,
-)
-from controlplane.controllers.inferenceservice import ISVC_LABEL, PORT_NAME
-from controlplane.controllers.poolgrant import granted_by, lists_member, set_grant
-from controlplane.controllers.poolintent import (
-    Intent,
-    LeaseObserver,
-    Owner,
-    OwnerReason,
-    choose_owner,
-)
-from controlplane.controllers.poolmetrics import MEMBER_WRITE_CONFLICTS
-from controlplane.controllers.poolplan import (
-    Deferral,
+from controlplane.controllers.inferenceservice.desired import ISVC_LABEL, PORT_NAME
+from controlplane.controllers.memberwrites import MEMBER_WRITE_CONFLICTS
+from controlplane.controllers.modelpool.grant import granted_by, lists_member, set_grant
+from controlplane.controllers.modelpool.intent import LeaseObserver, Owner, choose_owner
+from controlplane.controllers.modelpool.plan import (
+    DEFER_REQUEUE_SECONDS,
     MemberState,
     PoolView,
+    all_idle,
+    deferral_from,
+    deployment_drained,
+    owner_why,
     plan_actions,
     pool_status,
-    slot_allocated_since,
+    requeue_result,
     status_changed,
+    transitions,
 )
 from controlplane.runtime.cache import LABEL_INDEX, NAMESPACE_INDEX, Object
+from controlplane.runtime.client import KubeClient
 from controlplane.runtime.controller import Request, Result
 from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.errors import Conflict, NotFound
@@ -92,10 +87,6 @@ log = logging.getLogger(__name__)
 
 CONTROLLER_NAME: Final = "modelpool"
 EVENT_REPORTER: Final = "modelpool-operator/modelpool"
-#: How soon a deferred drain is probed again: the only polling, since ``/slots`` has no watch.
-DEFER_REQUEUE_SECONDS: Final = 1.0
-#: A valid intent is re-checked this long after it would expire (its expiry has no event).
-EXPIRY_MARGIN_SECONDS: Final = 0.1
 #: The label the endpoint controller (and the node stand-in) puts on a Service's slices.
 SERVICE_NAME_LABEL: Final = "kubernetes.io/service-name"
 #: Probes per pool run concurrently; members are at most 32 (the API's bound).
@@ -122,45 +113,12 @@ class MemberWriteConflict:
         )
 
 
-def _rfc3339_seconds_since(stamp: str | None, now: datetime) -> float | None:
-    if not stamp:
-        return None
-    try:
-        then = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        return None
-    return max(0.0, (now - then).total_seconds())
-
-
-def deferral_from(reports: Mapping[str, Sequence[tuple[str, IdleReport]]]) -> Deferral | None:
-    """One ``SwapDeferred`` out of the probes of the members that are not idle.
-
-    ``IdleCheckFailed`` wins over ``PodsBusy`` when both are seen: it is the one that needs a
-    human if it persists.
-    """
-    failed, busy = [], []
-    for member, results in reports.items():
-        for url, report in results:
-            if report.outcome is IdleOutcome.FAILED:
-                failed.append(f"{member} at {url}: {report.detail}")
-            elif report.outcome is IdleOutcome.BUSY:
-                busy.append(f"{member} at {url}: {report.detail}")
-    if failed:
-        return Deferral(
-            REASON_IDLE_CHECK_FAILED,
-            "drain deferred, the idle check failed: " + "; ".join(failed + busy),
-        )
-    if busy:
-        return Deferral(REASON_PODS_BUSY, "drain deferred, requests in flight: " + "; ".join(busy))
-    return None
-
-
 class ModelPoolReconciler:
     """Level-triggered: owner from the intent, drain gated on idle probes, status on change."""
 
     def __init__(
         self,
-        manager: Manager,
+        client: KubeClient,
         recorder: EventRecorder,
         *,
         pools: Informer,
@@ -172,7 +130,7 @@ class ModelPoolReconciler:
         observer: LeaseObserver,
         probes: Mapping[str, IdleProbe],
     ) -> None:
-        self.client = manager.client
+        self.client = client
         self.recorder = recorder
         self.pools = pools
         self.inference_services = inference_services
@@ -217,7 +175,7 @@ class ModelPoolReconciler:
             phase=(isvc.get("status") or {}).get("phase"),
             urls=tuple(sorted(set(ready_urls(slices, PORT_NAME)))),
             pods=len(pods),
-            deployment_drained=_deployment_drained(
+            deployment_drained=deployment_drained(
                 self.deployments.store.get(f"{namespace}/{name}")
             ),
             granted=bool(pool) and granted_by(isvc) == pool,
@@ -251,8 +209,8 @@ class ModelPoolReconciler:
         scale_down = list(plan.scale_down)
         if plan.probe:
             reports = await self._probe_members(members, plan.probe)
-            scale_down += [m for m in plan.probe if _all_idle(reports[m])]
-            deferral = deferral_from({m: r for m, r in reports.items() if not _all_idle(r)})
+            scale_down += [m for m in plan.probe if all_idle(reports[m])]
+            deferral = deferral_from({m: r for m, r in reports.items() if not all_idle(r)})
         writes = [(name, 0) for name in scale_down]
         if plan.scale_up is not None:
             writes.append((plan.scale_up, 1))
@@ -278,7 +236,7 @@ class ModelPoolReconciler:
             self.recorder.event(obj, "Warning", deferral.reason, "Drain", deferral.message)
         if owner.ignored is not None:
             self.recorder.event(obj, "Warning", "IntentIgnored", "SelectOwner", owner.ignored)
-        return _result(deferral, intent)
+        return requeue_result(deferral, intent)
 
     async def _probe_members(
         self, members: Mapping[str, MemberState], names: Sequence[str]
@@ -325,7 +283,7 @@ class ModelPoolReconciler:
         except NotFound:
             log.info("%s: %s is gone; requeued", key, name)
             return False
-        why = "drained" if replicas == 0 else f"the owner, {_why(owner)}"
+        why = "drained" if replicas == 0 else f"the owner, {owner_why(owner)}"
         log.info("%s: %s scaled to %d: %s", key, name, replicas, why)
         return True
 
@@ -345,46 +303,20 @@ class ModelPoolReconciler:
         owner: Owner,
         now: datetime,
     ) -> None:
+        """Log and record the events of a status change (:func:`~.plan.transitions`)."""
         key = f"{pool['metadata'].get('namespace')}/{pool['metadata']['name']}"
-        if after.phase == PHASE_DEGRADED and before.phase != PHASE_DEGRADED:
-            message = next(
-                (c.message or "" for c in after.conditions if c.type == "MembersValid"), ""
+        for event in transitions(before, after, owner, now):
+            if event.warning:
+                log.warning("%s: %s: %s", key, event.reason, event.message)
+            else:
+                log.info("%s: %s", key, event.message)
+            self.recorder.event(
+                pool,
+                "Warning" if event.warning else "Normal",
+                event.reason,
+                event.action,
+                event.message,
             )
-            log.warning("%s: degraded: %s", key, message)
-            self.recorder.event(pool, "Warning", "Degraded", "Reconcile", message)
-        if (
-            before.pending_member is not None
-            and after.pending_member != before.pending_member
-            and after.resident_member != before.pending_member
-            and after.phase != PHASE_DEGRADED
-        ):
-            back_to = after.pending_member or after.resident_member or "nobody (cold)"
-            message = (
-                f"swap to {before.pending_member} abandoned (the intent was withdrawn or "
-                f"expired); the slot goes back to {back_to}"
-            )
-            log.info("%s: %s", key, message)
-            self.recorder.event(pool, "Normal", "SwapAbandoned", "Swap", message)
-        if (
-            after.pending_member is not None
-            and after.pending_member != before.pending_member
-            and after.pending_member != after.resident_member
-        ):
-            message = (
-                f"swap started: {after.resident_member or 'nothing'} -> "
-                f"{after.pending_member} ({_why(owner)})"
-            )
-            log.info("%s: %s", key, message)
-            self.recorder.event(pool, "Normal", "SwapStarted", "Swap", message)
-        if after.resident_member is not None and after.resident_member != before.resident_member:
-            took = _rfc3339_seconds_since(slot_allocated_since(before), now)
-            spent = f" in {took:.0f} s" if took is not None else ""
-            message = (
-                f"swap done: {after.resident_member} is resident"
-                f" (was {before.resident_member or 'nothing'}){spent}"
-            )
-            log.info("%s: %s", key, message)
-            self.recorder.event(pool, "Normal", "SwapCompleted", "Swap", message)
 
     # -- mapping events to pools -----------------------------------------------------------------
 
@@ -409,46 +341,9 @@ class ModelPoolReconciler:
         return mapper
 
 
-def _why(owner: Owner) -> str:
-    if owner.reason is OwnerReason.REQUESTED and owner.intent is not None:
-        return f"requested by {owner.intent.holder}"
-    if owner.reason is OwnerReason.DEFAULT:
-        return "warming the default"
-    return "back to the resident"
-
-
 def map_lease(obj: Object) -> Iterable[Request]:
     pool = pool_for_lease(obj)
     return (Request(obj["metadata"].get("namespace") or "", pool),) if pool else ()
-
-
-def _all_idle(results: Sequence[tuple[str, IdleReport]]) -> bool:
-    return bool(results) and all(r.outcome is IdleOutcome.IDLE for _, r in results)
-
-
-def _deployment_drained(deployment: Mapping[str, Any] | None) -> bool:
-    """Absent, or asked for 0 replicas, observed so by the deployment controller, none left."""
-    if deployment is None:
-        return True
-    spec_replicas = (deployment.get("spec") or {}).get("replicas")
-    status = deployment.get("status") or {}
-    generation = deployment["metadata"].get("generation") or 0
-    observed = status.get("observedGeneration")
-    return (
-        spec_replicas == 0
-        and observed is not None
-        and observed >= generation
-        and not status.get("replicas")
-    )
-
-
-def _result(deferral: Deferral | None, intent: Intent | None) -> Result:
-    delays = []
-    if deferral is not None:
-        delays.append(DEFER_REQUEUE_SECONDS)
-    if intent is not None:
-        delays.append(intent.expires_in + EXPIRY_MARGIN_SECONDS)
-    return Result(requeue_after=min(delays)) if delays else Result()
 
 
 def setup_model_pool_controller(
@@ -466,7 +361,7 @@ def setup_model_pool_controller(
     leases.add_handler(observer)  # before the controller's handler: seen before reconciled
     recorder = manager.event_recorder(EVENT_REPORTER, identity)
     reconciler = ModelPoolReconciler(
-        manager,
+        manager.client,
         recorder,
         pools=pools,
         inference_services=inference_services,

@@ -1,6 +1,7 @@
 """What a pool controller does with one snapshot of its members, and what it reports.
 
-Pure functions of what the caches say (no I/O), so every rule is unit-tested as a table:
+Pure functions of what the caches and the idle probes say (no I/O), kept apart from the reconciler
+so every rule is unit-tested as a table (``tests/unit/test_modelpool_plan.py``):
 
 :func:`plan_actions` (DESIGN 4.2, 4.3)
     * A member that does not exist makes the plan empty: a Degraded pool changes no replicas.
@@ -10,7 +11,7 @@ Pure functions of what the caches say (no I/O), so every rule is unit-tested as 
       serving (loading, no ready endpoint) goes to 0 at once (``scale_down``). A non-owner at 0
       that still carries this pool's grant is written too (``scale_down``): the write revokes it.
     * **Owner up.** The owner goes to 1 *with this pool's grant*
-      (:mod:`~controlplane.controllers.poolgrant`) only when every other member has *released*
+      (:mod:`~controlplane.controllers.modelpool.grant`) only when every other member has *released*
       the slot: ``spec.replicas`` 0, no grant, its Deployment at 0 replicas and observed so by the
       deployment controller, and no pod left, Terminating ones included (the GPU memory is freed
       when the process exits, not when its pod is marked for deletion). An owner that asks for 1
@@ -25,14 +26,20 @@ Pure functions of what the caches say (no I/O), so every rule is unit-tested as 
       member is pending or another member still holds the slot; Ready otherwise.
     * Conditions ``MembersValid``, ``SlotAllocated`` and ``SwapDeferred``; ``members[]``;
       ``observedGeneration``.
+
+:func:`deferral_from`, :func:`deployment_drained`, :func:`requeue_result` and :func:`transitions`
+    What the probes' reports, a member's Deployment, a deferral and an intent, and a status change
+    mean for the plan: one ``SwapDeferred``, whether a Deployment has released the slot, when to
+    look again (the only timed requeues: ``/slots`` and a Lease's expiry have no watch event), and
+    which events a status change tells.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Final
+from datetime import UTC, datetime
+from typing import Any, Final
 
 from controlplane.api.v1alpha1 import set_condition
 from controlplane.api.v1alpha1.conditions import FALSE, TRUE, find_condition
@@ -46,11 +53,20 @@ from controlplane.api.v1alpha1.modelpool import (
     PHASE_PENDING,
     PHASE_READY,
     PHASE_SWAPPING,
+    REASON_IDLE_CHECK_FAILED,
+    REASON_PODS_BUSY,
     MemberStatus,
     ModelPool,
     ModelPoolStatus,
 )
-from controlplane.controllers.poolintent import Owner
+from controlplane.controllers.modelpool.intent import Intent, Owner, OwnerReason
+from controlplane.runtime.controller import Result
+from controlplane.runtimes.idle import IdleOutcome, IdleReport
+
+#: How soon a deferred drain is probed again: the only polling, since ``/slots`` has no watch.
+DEFER_REQUEUE_SECONDS: Final = 1.0
+#: A valid intent is re-checked this long after it would expire (its expiry has no event).
+EXPIRY_MARGIN_SECONDS: Final = 0.1
 
 #: ``members[].phase`` of a member whose InferenceService does not exist, or has no phase yet.
 MEMBER_NOT_FOUND: Final = "NotFound"
@@ -254,3 +270,137 @@ def slot_allocated_since(status: ModelPoolStatus) -> str | None:
     """When ``SlotAllocated`` last flipped (RFC 3339), for how long a swap took."""
     condition = find_condition(status.conditions, CONDITION_SLOT_ALLOCATED)
     return condition.last_transition_time if condition is not None else None
+
+
+# -- what the probes, the Deployment, the deferral and the intent mean ---------------------------
+
+
+def all_idle(results: Sequence[tuple[str, IdleReport]]) -> bool:
+    """Every ready endpoint of a member was probed and said idle."""
+    return bool(results) and all(r.outcome is IdleOutcome.IDLE for _, r in results)
+
+
+def deferral_from(reports: Mapping[str, Sequence[tuple[str, IdleReport]]]) -> Deferral | None:
+    """One ``SwapDeferred`` out of the probes of the members that are not idle.
+
+    ``IdleCheckFailed`` wins over ``PodsBusy`` when both are seen: it is the one that needs a
+    human if it persists.
+    """
+    failed, busy = [], []
+    for member, results in reports.items():
+        for url, report in results:
+            if report.outcome is IdleOutcome.FAILED:
+                failed.append(f"{member} at {url}: {report.detail}")
+            elif report.outcome is IdleOutcome.BUSY:
+                busy.append(f"{member} at {url}: {report.detail}")
+    if failed:
+        return Deferral(
+            REASON_IDLE_CHECK_FAILED,
+            "drain deferred, the idle check failed: " + "; ".join(failed + busy),
+        )
+    if busy:
+        return Deferral(REASON_PODS_BUSY, "drain deferred, requests in flight: " + "; ".join(busy))
+    return None
+
+
+def deployment_drained(deployment: Mapping[str, Any] | None) -> bool:
+    """Absent, or asked for 0 replicas, observed so by the deployment controller, none left."""
+    if deployment is None:
+        return True
+    spec_replicas = (deployment.get("spec") or {}).get("replicas")
+    status = deployment.get("status") or {}
+    generation = deployment["metadata"].get("generation") or 0
+    observed = status.get("observedGeneration")
+    return (
+        spec_replicas == 0
+        and observed is not None
+        and observed >= generation
+        and not status.get("replicas")
+    )
+
+
+def requeue_result(deferral: Deferral | None, intent: Intent | None) -> Result:
+    """When to look again although no watch event may come: a deferred drain is re-probed after
+    :data:`DEFER_REQUEUE_SECONDS`, a valid intent re-checked just after it would expire."""
+    delays = []
+    if deferral is not None:
+        delays.append(DEFER_REQUEUE_SECONDS)
+    if intent is not None:
+        delays.append(intent.expires_in + EXPIRY_MARGIN_SECONDS)
+    return Result(requeue_after=min(delays)) if delays else Result()
+
+
+# -- what a status change tells ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One event a status change is worth: ``Degraded``, ``SwapAbandoned``, ``SwapStarted`` or
+    ``SwapCompleted``."""
+
+    warning: bool
+    reason: str
+    action: str
+    message: str
+
+
+def owner_why(owner: Owner) -> str:
+    """Why the owner owns the slot, in words for events and logs."""
+    if owner.reason is OwnerReason.REQUESTED and owner.intent is not None:
+        return f"requested by {owner.intent.holder}"
+    if owner.reason is OwnerReason.DEFAULT:
+        return "warming the default"
+    return "back to the resident"
+
+
+def _seconds_since(stamp: str | None, now: datetime) -> float | None:
+    if not stamp:
+        return None
+    try:
+        then = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return max(0.0, (now - then).total_seconds())
+
+
+def transitions(
+    before: ModelPoolStatus, after: ModelPoolStatus, owner: Owner, now: datetime
+) -> list[Transition]:
+    """The events the change from ``before`` to ``after`` tells, in the order they happened."""
+    out: list[Transition] = []
+    if after.phase == PHASE_DEGRADED and before.phase != PHASE_DEGRADED:
+        message = next(
+            (c.message or "" for c in after.conditions if c.type == CONDITION_MEMBERS_VALID), ""
+        )
+        out.append(Transition(True, "Degraded", "Reconcile", message))
+    if (
+        before.pending_member is not None
+        and after.pending_member != before.pending_member
+        and after.resident_member != before.pending_member
+        and after.phase != PHASE_DEGRADED
+    ):
+        back_to = after.pending_member or after.resident_member or "nobody (cold)"
+        message = (
+            f"swap to {before.pending_member} abandoned (the intent was withdrawn or "
+            f"expired); the slot goes back to {back_to}"
+        )
+        out.append(Transition(False, "SwapAbandoned", "Swap", message))
+    if (
+        after.pending_member is not None
+        and after.pending_member != before.pending_member
+        and after.pending_member != after.resident_member
+    ):
+        message = (
+            f"swap started: {after.resident_member or 'nothing'} -> "
+            f"{after.pending_member} ({owner_why(owner)})"
+        )
+        out.append(Transition(False, "SwapStarted", "Swap", message))
+    if after.resident_member is not None and after.resident_member != before.resident_member:
+        took = _seconds_since(slot_allocated_since(before), now)
+        spent = f" in {took:.0f} s" if took is not None else ""
+        message = (
+            f"swap done: {after.resident_member} is resident"
+            f" (was {before.resident_member or 'nothing'}){spent}"
+        )
+        out.append(Transition(False, "SwapCompleted", "Swap", message))
+    return out

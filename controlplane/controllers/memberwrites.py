@@ -8,7 +8,9 @@ activator re-reads and re-decides, so a rising count means contention, not lost 
 
 Both the pool controller and the router-proxy's activator count here, each in its own process;
 one definition, because a registry refuses a name twice and both are imported into one process
-by the console script and the unit tests.
+by the console script and the unit tests. It sits beside the controller packages rather than in
+:mod:`controlplane.controllers.modelpool` so that the router-proxy, which counts here too, imports
+nothing of the pool controller (an import-linter contract).
 """
 
 from __future__ import annotations
