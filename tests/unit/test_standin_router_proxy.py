@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from controlplane.api.v1alpha1 import ModelRouter
-from controlplane.controllers.modelrouter import desired_deployment, desired_service
+from controlplane.controllers.modelrouter.desired import desired_deployment, desired_service
 from controlplane.standin.builders import (
     MEMBER_LABEL,
     Backend,
