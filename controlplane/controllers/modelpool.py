@@ -8,7 +8,7 @@ Each reconcile reads everything from the caches and acts in three steps:
    nobody. Expiry of the intent is judged on our clock (:class:`LeaseObserver`).
 2. **Plan and act** (:func:`~controlplane.controllers.poolplan.plan_actions`). Non-owners are
    drained: one that serves requests goes to ``replicas: 0`` only after its idle probe
-   (llama.cpp ``GET /slots``, :class:`~controlplane.runtimes.llamacpp.SlotsProbe`) says idle on
+   (llama.cpp ``GET /slots``, :class:`~controlplane.probes.llamacpp.SlotsProbe`) says idle on
    every ready endpoint; busy is ``PodsBusy``, anything unproven is ``IdleCheckFailed``, and both
    defer the drain (``SwapDeferred=True``, a Warning event, a re-probe after
    :data:`DEFER_REQUEUE_SECONDS`: ``/slots`` changes produce no watch event). The owner goes to
@@ -85,8 +85,8 @@ from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
 from controlplane.runtime.manager import Manager
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, LEASES, PODS
-from controlplane.runtimes.idle import IdleOutcome, IdleProbe, IdleReport
-from controlplane.runtimes.llamacpp import SlotsProbe
+from controlplane.probes.idle import IdleOutcome, IdleProbe, IdleReport
+from controlplane.probes.llamacpp import SlotsProbe
 
 log = logging.getLogger(__name__)
 
