@@ -77,6 +77,8 @@ from controlplane.controllers.poolplan import (
     slot_allocated_since,
     status_changed,
 )
+from controlplane.probes.idle import IdleOutcome, IdleProbe, IdleReport
+from controlplane.probes.llamacpp import SlotsProbe
 from controlplane.runtime.cache import LABEL_INDEX, NAMESPACE_INDEX, Object
 from controlplane.runtime.controller import Request, Result
 from controlplane.runtime.endpoints import ready_urls
@@ -85,8 +87,6 @@ from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
 from controlplane.runtime.manager import Manager
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, LEASES, PODS
-from controlplane.probes.idle import IdleOutcome, IdleProbe, IdleReport
-from controlplane.probes.llamacpp import SlotsProbe
 
 log = logging.getLogger(__name__)
 

@@ -38,8 +38,9 @@ from controlplane.router.errors import (
     RequestTooLarge,
     UpstreamError,
 )
-from controlplane.router.routing import Lookup, Object, resolve, routing_table, validate_body
+from controlplane.router.routing import Lookup, resolve, routing_table, validate_body
 from controlplane.runtime.metrics import REGISTRY
+from controlplane.runtime.objects import ObjectView
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("controlplane.router")
@@ -60,7 +61,7 @@ DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 class ProxyContext:
     """What the app reads: the router object, lookups in the caches, readiness."""
 
-    router: Callable[[], Object | None]
+    router: Callable[[], ObjectView | None]
     pools: Lookup
     isvcs: Lookup
     not_ready: Callable[[], list[str]]

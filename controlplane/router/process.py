@@ -36,6 +36,7 @@ from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.httpserver import bind, serve
 from controlplane.runtime.informer import DeletedFinalStateUnknown, Informer
 from controlplane.runtime.manager import Manager, ManagerOptions
+from controlplane.runtime.objects import Object
 from controlplane.runtime.resources import ENDPOINT_SLICES, LEASES
 from controlplane.runtime.tracing import configure_tracing
 
@@ -43,7 +44,6 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 DEFAULT_BIND_ADDRESS = ("0.0.0.0", 8000)
-Object = dict[str, Any]
 
 
 def default_identity() -> str:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from controlplane.runtime.leaserecord import LeaseRecord
+from controlplane.runtime.objects import Object
 from controlplane.runtime.timeutil import micro_time
 
 #: Annotation on the pool's Lease naming the member the holder wants resident.
@@ -43,8 +44,6 @@ TARGET_ANNOTATION: Final = "inference.modelpool.dev/target"
 POOL_LABEL: Final = "inference.modelpool.dev/pool"
 #: Prefix of a pool's Lease name; the rest is the pool's name.
 POOL_LEASE_PREFIX: Final = "modelpool-pool-"
-
-Object = dict[str, Any]
 
 
 def pool_lease_name(pool: str) -> str:
