@@ -3,7 +3,7 @@
 The operator and each router-proxy replica ask the API server, one SelfSubjectAccessReview per
 declared permission, whether they may do what their RBAC declarations say they need, so that a
 missing grant is reported at start-up rather than as a failure in the middle of a swap. Design
-notes: ``docs/preflight.md``; contract: DESIGN.md section 4.
+notes and contract: ``docs/preflight.md``.
 
 Public surface:
 - :func:`run_preflight` / :class:`Preflight`: one check, returning a :class:`Verdict`;

@@ -1,6 +1,6 @@
 """The activator: hold a cross-model request, coalesce, drive one swap per pool, answer in budget.
 
-DESIGN 4 ("Activator, inside each router-proxy replica"). A request for a pool member that is not
+docs/router.md ("The activator"). A request for a pool member that is not
 ready is *held* (never refused with 429) for at most the pool's ``swapBudget``. Every held request
 for the same target joins one :class:`Swap` on this replica, and its driver task
 

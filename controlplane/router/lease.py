@@ -1,4 +1,4 @@
-"""The pool's Lease as an activation intent: claim, renew, release (DESIGN 4.3, docs/modelpool.md).
+"""The pool's Lease as an activation intent: claim, renew, release (docs/modelpool.md).
 
 A claim is *for a target*: a replica holds the Lease ``modelpool-pool-<pool>`` for one member,
 and only a claim by the same holder for the same target is "ours". So:

@@ -1,4 +1,4 @@
-"""The activation intent: how an activator asks a pool for a member (DESIGN 4.1).
+"""The activation intent: how an activator asks a pool for a member (docs/modelpool.md).
 
 A request for a member is an explicit, revocable intent written by the activator that holds the
 pool's Lease; the pool controller reads it and decides who owns the slot. The intent **is** the
