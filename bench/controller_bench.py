@@ -33,9 +33,10 @@ import msgspec
 
 from controlplane.envtest import ControlPlane
 from controlplane.envtest.binaries import cache_root
-from controlplane.runtime.client import KubeClient, Object
+from controlplane.runtime.client import KubeClient
 from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.errors import AlreadyExists, KubeError
+from controlplane.runtime.objects import Object
 from controlplane.runtime.resources import CUSTOM_RESOURCE_DEFINITIONS, NAMESPACES, Resource
 
 REPO = Path(__file__).resolve().parent.parent

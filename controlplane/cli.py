@@ -1,4 +1,9 @@
-"""The ``controlplane`` console script: one entry point, one subcommand per process."""
+"""The ``controlplane`` console script: one entry point, one subcommand per process.
+
+Dispatch only: each subcommand's flags, settings and exit codes are in its package's
+``command.py`` (``add_arguments``, ``settings_from``, ``run``). ``demo`` and ``dev``, which start
+the whole local system, are still here until the local-run package lands.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +17,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import anyio
-
-from controlplane.cliargs import first_error, host_port_or_off
 from controlplane.envtest import ControlPlane, EnvtestError
+from controlplane.operator import command as operator_command
 from controlplane.preflight import command as preflight_command
 from controlplane.router import command as router_command
 from controlplane.runtime.logs import configure_logging
@@ -74,54 +77,6 @@ def cmd_dev(_: argparse.Namespace) -> int:
     return run_dev(plane, functools.partial(_run_kubectl, plane))
 
 
-def cmd_operator(args: argparse.Namespace) -> int:
-    """Run the operator: a leader-elected manager gated by the RBAC preflight."""
-    from controlplane.operator import OperatorSettings, run_operator
-    from controlplane.preflight import EXIT_DENIED, PreflightDenied
-    from controlplane.runtime.leaderelection import LeadershipLost
-
-    settings = OperatorSettings(
-        namespace=args.namespace,
-        kubeconfig=args.kubeconfig,
-        identity=args.identity,
-        leader_elect=args.leader_elect,
-        leader_election_id=args.leader_election_id,
-        probe_address=args.health_probe_bind_address,
-        metrics_address=args.metrics_bind_address,
-        preflight_cache_dir=args.preflight_cache_dir,
-    )
-    code = 0
-    try:
-        anyio.run(run_operator, settings)
-    except* PreflightDenied as denied:
-        print(f"error: {first_error(denied)}", file=sys.stderr)
-        code = EXIT_DENIED
-    except* LeadershipLost as lost:
-        print(f"error: {first_error(lost)}", file=sys.stderr)
-        code = 1
-    return code
-
-
-def _add_operator_arguments(parser: argparse.ArgumentParser) -> None:
-    from controlplane.controllers.rbac import OPERATOR_NAMESPACE
-    from controlplane.operator import LEADER_ELECTION_ID
-
-    parser.add_argument(
-        "--namespace",
-        default=os.environ.get("POD_NAMESPACE", OPERATOR_NAMESPACE),
-        help="the operator's own namespace: its Lease and preflight scope ($POD_NAMESPACE)",
-    )
-    parser.add_argument("--kubeconfig", type=Path, default=None)
-    parser.add_argument("--identity", default="", help="leader-election identity ($POD_NAME)")
-    parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument("--leader-election-id", default=LEADER_ELECTION_ID)
-    parser.add_argument(
-        "--health-probe-bind-address", type=host_port_or_off, default=("0.0.0.0", 8081)
-    )
-    parser.add_argument("--metrics-bind-address", type=host_port_or_off, default=("0.0.0.0", 8080))
-    parser.add_argument("--preflight-cache-dir", type=Path, default=None)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="controlplane", description=__doc__)
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
@@ -134,9 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help=cmd_demo.__doc__).set_defaults(run=cmd_demo)
     commands.add_parser("dev", help=cmd_dev.__doc__).set_defaults(run=cmd_dev)
-    operator = commands.add_parser("operator", help=cmd_operator.__doc__)
-    _add_operator_arguments(operator)
-    operator.set_defaults(run=cmd_operator)
+    operator = commands.add_parser("operator", help=operator_command.run.__doc__)
+    operator_command.add_arguments(operator)
+    operator.set_defaults(run=operator_command.run)
     preflight = commands.add_parser("preflight", help=preflight_command.run.__doc__)
     preflight_command.add_arguments(preflight)
     preflight.set_defaults(run=preflight_command.run)

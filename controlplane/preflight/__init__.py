@@ -3,7 +3,7 @@
 The operator and each router-proxy replica ask the API server, one SelfSubjectAccessReview per
 declared permission, whether they may do what their RBAC declarations say they need, so that a
 missing grant is reported at start-up rather than as a failure in the middle of a swap. Design
-notes: ``docs/preflight.md``; contract: DESIGN.md section 4.
+notes and contract: ``docs/preflight.md``.
 
 Public surface:
 - :func:`run_preflight` / :class:`Preflight`: one check, returning a :class:`Verdict`;
@@ -12,7 +12,8 @@ Public surface:
   :class:`Source` and the errors.
 """
 
-from controlplane.preflight.backoff import DEFAULT_POLICY, BackoffPolicy, Clock, SystemClock
+from controlplane.clock import SystemClock, WallClock
+from controlplane.preflight.backoff import DEFAULT_POLICY, BackoffPolicy
 from controlplane.preflight.cache import CacheKey, VerdictCache, default_cache_dir
 from controlplane.preflight.errors import PreflightDenied, PreflightError
 from controlplane.preflight.gate import PreflightGate
@@ -34,7 +35,6 @@ __all__ = [
     "EXIT_INCONCLUSIVE",
     "BackoffPolicy",
     "CacheKey",
-    "Clock",
     "Component",
     "Outcome",
     "Preflight",
@@ -46,6 +46,7 @@ __all__ = [
     "SystemClock",
     "Verdict",
     "VerdictCache",
+    "WallClock",
     "default_cache_dir",
     "permissions_for",
     "run_preflight",

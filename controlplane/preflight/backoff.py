@@ -1,4 +1,7 @@
-"""Capped exponential backoff with equal jitter, and the injectable clock and random source.
+"""Capped exponential backoff with equal jitter, and the injectable random source.
+
+The clock is the project's one :class:`~controlplane.clock.WallClock` (the verdict cache needs
+wall-clock ages as well as monotonic deadlines).
 
 Why equal jitter: after a control-plane stall every process of a fleet is retrying at once. With
 a fixed schedule they stay in step and hit the recovering API server together; with "full"
@@ -13,12 +16,8 @@ nothing about time. The last wait is shortened so that one attempt lands on the 
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
-
-import anyio
 
 #: First backoff step, seconds.
 DEFAULT_BASE_DELAY = 0.5
@@ -31,38 +30,6 @@ _MAX_EXPONENT = 62
 
 #: ``uniform(low, high)``: the random source, injectable so that tests are deterministic.
 RandomSource = Callable[[float, float], float]
-
-
-class Clock(Protocol):
-    """Time as the preflight sees it; tests inject a fake one that sleeps instantly."""
-
-    def monotonic(self) -> float:
-        """Seconds on a clock that never goes back, for deadlines."""
-        ...
-
-    def time(self) -> float:
-        """Wall-clock seconds since the epoch, for cache ages shared between processes."""
-        ...
-
-    async def sleep(self, seconds: float) -> None:
-        """Wait ``seconds``."""
-        ...
-
-
-class SystemClock:
-    """The real clock."""
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def time(self) -> float:
-        return time.time()
-
-    async def sleep(self, seconds: float) -> None:
-        await anyio.sleep(seconds)
-
-
-SYSTEM_CLOCK: Clock = SystemClock()
 
 
 def system_random() -> RandomSource:

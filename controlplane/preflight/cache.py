@@ -36,7 +36,7 @@ from typing import Any
 import msgspec
 from cachetools import TTLCache
 
-from controlplane.preflight.backoff import SYSTEM_CLOCK, Clock
+from controlplane.clock import SYSTEM_CLOCK, WallClock
 from controlplane.preflight.errors import CacheEntryRejected
 
 log = logging.getLogger("controlplane.preflight")
@@ -98,7 +98,7 @@ class VerdictCache:
         self,
         directory: Path | None,
         *,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: WallClock = SYSTEM_CLOCK,
         fresh_for: float = FRESH_FOR,
         grace: float = GRACE,
     ) -> None:

@@ -14,7 +14,8 @@ from typing import Any
 
 import anyio
 
-from controlplane.preflight.backoff import BackoffPolicy, Clock, RandomSource
+from controlplane.clock import WallClock
+from controlplane.preflight.backoff import BackoffPolicy, RandomSource
 from controlplane.preflight.outage import OutageGuard
 from controlplane.preflight.permissions import ScopedPermission
 from controlplane.preflight.review import ReviewResult, SubmitReview, review
@@ -44,7 +45,7 @@ async def check_permissions(
     submit: SubmitReview,
     *,
     policy: BackoffPolicy,
-    clock: Clock,
+    clock: WallClock,
     uniform: RandomSource,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
 ) -> CheckResult:

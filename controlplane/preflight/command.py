@@ -2,6 +2,9 @@
 
 Exit codes follow sysexits: 0 ALLOWED, 77 (EX_NOPERM) DENIED, 75 (EX_TEMPFAIL) INCONCLUSIVE,
 and 78 (EX_CONFIG) when no API server configuration can be loaded at all.
+
+The same three parts as every subcommand: ``add_arguments``, ``settings_from`` (the flags as a
+frozen :class:`PreflightSettings`) and ``run``.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -22,6 +26,20 @@ from controlplane.runtime.config import ClientConfig
 EXIT_CONFIG = 78
 #: Where a pod finds its own namespace.
 SERVICE_ACCOUNT_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+@dataclass(frozen=True)
+class PreflightSettings:
+    """What one preflight run is told (flags and environment)."""
+
+    component: Component
+    #: The component's own namespace; None outside a pod when no flag gave one.
+    namespace: str | None
+    kubeconfig: Path | None = None
+    #: Verdict cache folder; None means :func:`default_cache_dir`.
+    cache_dir: Path | None = None
+    #: Seconds to keep retrying unanswered reviews.
+    retry_budget: float = DEFAULT_POLICY.budget
 
 
 def default_namespace() -> str | None:
@@ -58,22 +76,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def settings_from(args: argparse.Namespace) -> PreflightSettings:
+    return PreflightSettings(
+        component=Component(args.component),
+        namespace=args.namespace,
+        kubeconfig=args.kubeconfig,
+        cache_dir=args.cache_dir,
+        retry_budget=args.retry_budget,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the preflight once; print the verdict; exit 0, 77 or 75."""
-    if not args.namespace:
+    settings = settings_from(args)
+    if not settings.namespace:
         print("error: --namespace is required outside a pod", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        config = ClientConfig.load(args.kubeconfig)
+        config = ClientConfig.load(settings.kubeconfig)
     except Exception as err:  # the kubernetes package raises many kinds of config errors
         print(f"error: no usable API server configuration: {err}", file=sys.stderr)
         return EXIT_CONFIG
-    policy = BackoffPolicy(DEFAULT_POLICY.base_delay, DEFAULT_POLICY.max_delay, args.retry_budget)
+    policy = BackoffPolicy(
+        DEFAULT_POLICY.base_delay, DEFAULT_POLICY.max_delay, settings.retry_budget
+    )
     preflight = Preflight(
         config,
-        Component(args.component),
-        args.namespace,
-        cache=VerdictCache(args.cache_dir or default_cache_dir()),
+        settings.component,
+        settings.namespace,
+        cache=VerdictCache(settings.cache_dir or default_cache_dir()),
         policy=policy,
     )
     verdict = anyio.run(preflight.run)

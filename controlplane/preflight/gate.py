@@ -21,13 +21,8 @@ from collections.abc import Awaitable, Callable
 import anyio
 import anyio.abc
 
-from controlplane.preflight.backoff import (
-    SYSTEM_CLOCK,
-    BackoffPolicy,
-    Clock,
-    RandomSource,
-    system_random,
-)
+from controlplane.clock import SYSTEM_CLOCK, WallClock
+from controlplane.preflight.backoff import BackoffPolicy, RandomSource, system_random
 from controlplane.preflight.errors import PreflightDenied
 from controlplane.preflight.verdict import Outcome, Verdict
 
@@ -45,7 +40,7 @@ class PreflightGate:
         check: Callable[[], Awaitable[Verdict]],
         *,
         pause: BackoffPolicy = DEFAULT_ROUND_PAUSE,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: WallClock = SYSTEM_CLOCK,
         uniform: RandomSource | None = None,
     ) -> None:
         self._check = check

@@ -20,7 +20,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from controlplane.preflight.backoff import BackoffPolicy, Clock, RandomSource
+from controlplane.clock import WallClock
+from controlplane.preflight.backoff import BackoffPolicy, RandomSource
 from controlplane.preflight.errors import ReviewAnswerInvalid
 from controlplane.preflight.outage import OutageGuard
 from controlplane.preflight.permissions import ScopedPermission
@@ -103,7 +104,7 @@ async def review(
     submit: SubmitReview,
     *,
     policy: BackoffPolicy,
-    clock: Clock,
+    clock: WallClock,
     uniform: RandomSource,
     guard: OutageGuard | None = None,
 ) -> ReviewResult:
@@ -114,13 +115,13 @@ async def review(
     """
     guard = guard or OutageGuard()
     me = object()
-    deadline = clock.monotonic() + policy.budget
+    deadline = clock.now() + policy.budget
     attempts = 0
     turn = 0  # retry turns taken, sent or skipped: the backoff step follows them
     last: Exception | None = None
     try:
         while True:
-            out_of_time = turn and clock.monotonic() >= deadline
+            out_of_time = turn and clock.now() >= deadline
             if out_of_time and not guard.answering and not guard.is_prober(me):
                 # Out of time while the server is silent: only its prober takes a last shot.
                 error = describe(last) if last is not None else _never_sent(guard)
@@ -148,7 +149,7 @@ async def review(
                         return decide(permission, answer, attempts)
                     except ReviewAnswerInvalid as err:
                         return ReviewResult(permission, None, attempts, error=describe(err))
-            now = clock.monotonic()
+            now = clock.now()
             if now >= deadline:
                 error = describe(last) if last is not None else _never_sent(guard)
                 return ReviewResult(permission, None, attempts, error=error)

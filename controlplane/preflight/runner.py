@@ -18,11 +18,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from controlplane.clock import SYSTEM_CLOCK, WallClock
 from controlplane.preflight.backoff import (
     DEFAULT_POLICY,
-    SYSTEM_CLOCK,
     BackoffPolicy,
-    Clock,
     RandomSource,
     system_random,
 )
@@ -69,7 +68,7 @@ class Preflight:
         *,
         cache: VerdictCache | None = None,
         policy: BackoffPolicy = DEFAULT_POLICY,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: WallClock = SYSTEM_CLOCK,
         uniform: RandomSource | None = None,
         submit: SubmitReview | None = None,
         attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT,

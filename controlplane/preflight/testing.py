@@ -32,22 +32,26 @@ class FakeClock:
     blocked, so a test of many concurrent reviews runs instantly yet in the order real time would
     give (each sleeper wakes at its own deadline, and sleepers overlap rather than add up)."""
 
-    now: float = 0.0
+    #: Monotonic seconds since the clock was made (read it with :meth:`now`).
+    elapsed: float = 0.0
     epoch: float = FAKE_EPOCH
     sleeps: list[float] = field(default_factory=list)
     _sleepers: list[list[float]] = field(default_factory=list)
     _sequence: itertools.count[int] = field(default_factory=itertools.count)
     _tick: anyio.Event = field(default_factory=anyio.Event)
 
-    def monotonic(self) -> float:
-        return self.now
+    def now(self) -> float:
+        return self.elapsed
 
     def time(self) -> float:
-        return self.epoch + self.now
+        return self.epoch + self.elapsed
+
+    async def sleep_until(self, deadline: float) -> None:
+        await self.sleep(deadline - self.elapsed)
 
     async def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
-        entry = [self.now + max(seconds, 0.0), float(next(self._sequence))]
+        entry = [self.elapsed + max(seconds, 0.0), float(next(self._sequence))]
         heapq.heappush(self._sleepers, entry)
         self._notify()  # the newcomer may be the earliest now
         try:
@@ -60,7 +64,7 @@ class FakeClock:
                     await anyio.wait_all_tasks_blocked()
                     if self._sleepers[0] is entry:
                         heapq.heappop(self._sleepers)
-                        self.now = max(self.now, entry[0])
+                        self.elapsed = max(self.elapsed, entry[0])
                         self._notify()
                         return
                 else:
@@ -74,7 +78,7 @@ class FakeClock:
             raise
 
     def advance(self, seconds: float) -> None:
-        self.now += seconds
+        self.elapsed += seconds
 
     def _notify(self) -> None:
         self._tick.set()
@@ -139,7 +143,7 @@ class FakeApiServer:
         if any(seen is body for seen in self.received):
             raise AssertionError("the same review object was submitted twice")
         self.received.append(body)
-        self.calls.append(Submitted(copy.deepcopy(body), self.clock.monotonic()))
+        self.calls.append(Submitted(copy.deepcopy(body), self.clock.now()))
         key = attributes_key(body["spec"]["resourceAttributes"])
         script = self._scripts.get(key, self._default)
         answer = script.pop(0) if len(script) > 1 else script[0]

@@ -1,4 +1,4 @@
-"""The router-proxy: an OpenAI-compatible HTTP proxy with a per-pool activator (DESIGN 4).
+"""The router-proxy: an OpenAI-compatible HTTP proxy with a per-pool activator (docs/router.md).
 
 Layers, top to bottom: :mod:`.process` wires a :class:`~controlplane.runtime.manager.Manager`
 (informers, no leader election: every replica serves) to the HTTP app (:mod:`.app`); the app asks

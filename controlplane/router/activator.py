@@ -1,6 +1,6 @@
 """The activator: hold a cross-model request, coalesce, drive one swap per pool, answer in budget.
 
-DESIGN 4 ("Activator, inside each router-proxy replica"). A request for a pool member that is not
+docs/router.md ("The activator"). A request for a pool member that is not
 ready is *held* (never refused with 429) for at most the pool's ``swapBudget``. Every held request
 for the same target joins one :class:`Swap` on this replica, and its driver task
 
@@ -41,15 +41,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import anyio
 
 from controlplane.api.v1alpha1 import InferenceService
 from controlplane.api.v1alpha1.inferenceservice import PHASE_FAILED, PHASE_READY
 from controlplane.api.v1alpha1.modelpool import DEFAULT_SWAP_BUDGET
+from controlplane.clock import TimeSource
 from controlplane.router import metrics
 from controlplane.router.errors import (
     ActivationFailed,
@@ -60,11 +60,12 @@ from controlplane.router.errors import (
     ProxyError,
     ProxyStopping,
 )
-from controlplane.router.inflight import InFlight
+from controlplane.router.inflight import InFlightRequests
 from controlplane.router.lease import LeaseCoordinator, ObjectApi, ReleaseFailed, Renewal
 from controlplane.router.retryafter import LINGER_GRACE_SECONDS, SwapHistory
 from controlplane.router.routing import Route, parse_duration
 from controlplane.runtime.errors import Conflict, KubeError, NotFound
+from controlplane.runtime.objects import ObjectView
 
 log = logging.getLogger(__name__)
 
@@ -82,15 +83,13 @@ RELEASE_RETRY_SECONDS = 0.5
 #: an unreleased claim expires by itself).
 RELEASE_WHILE_STOPPING_SECONDS = 2.0
 
-Object = Mapping[str, Any]
-
 
 class ClusterView(Protocol):
     """What the activator reads: the informer caches of the proxy's namespace."""
 
-    def pool(self, name: str) -> Object | None: ...
+    def pool(self, name: str) -> ObjectView | None: ...
 
-    def isvc(self, name: str) -> Object | None: ...
+    def isvc(self, name: str) -> ObjectView | None: ...
 
     def member_urls(self, member: str) -> list[str]: ...
 
@@ -153,18 +152,18 @@ class Activator:
         client: ObjectApi,
         namespace: str,
         *,
-        inflight: InFlight | None = None,
+        inflight: InFlightRequests | None = None,
         notifier: Notifier | None = None,
         history: SwapHistory | None = None,
         linger_grace: float = LINGER_GRACE_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
+        clock: TimeSource = time.monotonic,
     ) -> None:
         self.view = view
         self.coordinator = coordinator
         self.client = client
         self.namespace = namespace
         self.notifier = notifier or Notifier()
-        self.inflight = inflight or InFlight(self.notifier.notify)
+        self.inflight = inflight or InFlightRequests(self.notifier.notify)
         self.history = history or SwapHistory()
         self.linger_grace = linger_grace
         self.clock = clock

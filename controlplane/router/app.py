@@ -10,6 +10,12 @@ closed. Every answer is one audit line and one ``modelpool_proxy_requests_total`
 ``GET /v1/models`` lists the models, ``/healthz``, ``/readyz`` and ``/metrics`` serve probes and
 Prometheus. Each proxied request is a
 span whose W3C trace context is extracted from the request and injected into the upstream one.
+
+Errors have one shape, ``{"error": {"message", "type", "code"}}`` with a string ``code``: the
+proxy's own (:mod:`controlplane.router.errors`), an unknown path (404 ``not_found``) or method
+(405 ``method_not_allowed`` with ``Allow``), and a member's non-streamed 4xx/5xx answer, whose
+body is rewritten by :func:`~controlplane.router.errors.member_error_body`. 2xx bodies and event
+streams pass untouched.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from opentelemetry import propagate, trace
 from prometheus_client import make_asgi_app
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -32,14 +39,19 @@ from starlette.types import Receive, Scope, Send
 from controlplane.router import metrics
 from controlplane.router.activator import Activator
 from controlplane.router.errors import (
+    MEMBER_ERROR_MAX_BYTES,
     InvalidRequest,
+    MethodNotAllowed,
+    PathNotFound,
     ProxyError,
     ProxyNotReady,
     RequestTooLarge,
     UpstreamError,
+    member_error_body,
 )
-from controlplane.router.routing import Lookup, Object, resolve, routing_table, validate_body
+from controlplane.router.routing import Lookup, resolve, routing_table, validate_body
 from controlplane.runtime.metrics import REGISTRY
+from controlplane.runtime.objects import ObjectView
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("controlplane.router")
@@ -60,7 +72,7 @@ DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 class ProxyContext:
     """What the app reads: the router object, lookups in the caches, readiness."""
 
-    router: Callable[[], Object | None]
+    router: Callable[[], ObjectView | None]
     pools: Lookup
     isvcs: Lookup
     not_ready: Callable[[], list[str]]
@@ -92,6 +104,43 @@ def audit(model: str, status: int, reason: str, detail: str = "") -> None:
 def _error(err: ProxyError, model: str) -> Response:
     audit(model, err.status, err.code, err.message)
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404 and 405 (and any other ``HTTPException``) in the proxy's shape."""
+    assert isinstance(exc, HTTPException)
+    path = request.url.path
+    err: ProxyError
+    if exc.status_code == 404:
+        err = PathNotFound(f"no route for {path}")
+    elif exc.status_code == 405:
+        allow = (exc.headers or {}).get("Allow", "")
+        err = MethodNotAllowed(f"{request.method} is not allowed on {path}", allow=allow)
+    else:  # the routes raise no other; kept in shape all the same
+        kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        body = {"error": {"message": exc.detail, "type": kind, "code": "http_error"}}
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+    return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
+
+
+def _rewrites_error(upstream: httpx.Response) -> bool:
+    """A member's error answer that is rewritten: 4xx/5xx, not an event stream, not too long."""
+    if upstream.status_code < 400:
+        return False
+    if upstream.headers.get("content-type", "").startswith("text/event-stream"):
+        return False
+    length = upstream.headers.get("content-length")
+    return length is None or not length.isdigit() or int(length) <= MEMBER_ERROR_MAX_BYTES
+
+
+async def _read_error_body(upstream: httpx.Response) -> bytes:
+    """The (decoded) body of a member's error, at most :data:`MEMBER_ERROR_MAX_BYTES`."""
+    body = bytearray()
+    async for chunk in upstream.aiter_bytes():
+        body += chunk
+        if len(body) >= MEMBER_ERROR_MAX_BYTES:
+            break
+    return bytes(body[:MEMBER_ERROR_MAX_BYTES])
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -169,6 +218,16 @@ def build_app(context: ProxyContext, activator: Activator, http: httpx.AsyncClie
                 await close()
 
         audit(model, upstream.status_code, "upstream")
+        if _rewrites_error(upstream):
+            try:
+                raw_error = await _read_error_body(upstream)
+            finally:
+                await close()
+            return JSONResponse(
+                member_error_body(raw_error, upstream.status_code),
+                status_code=upstream.status_code,
+                headers={k: v for k, v in upstream.headers.items() if k == "cache-control"},
+            )
         return StreamingResponse(
             passthrough(),
             status_code=upstream.status_code,
@@ -198,4 +257,4 @@ def build_app(context: ProxyContext, activator: Activator, http: httpx.AsyncClie
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", _MetricsEndpoint(), methods=["GET"]),
     ]
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, exception_handlers={HTTPException: _http_error})

@@ -1,4 +1,7 @@
-"""``controlplane router-proxy``: flags, and exit codes (77 when the RBAC preflight is DENIED)."""
+"""``controlplane router-proxy``: flags, settings, and exit codes (77 when the preflight is DENIED).
+
+The same three parts as every subcommand: ``add_arguments``, ``settings_from``, ``run``.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from controlplane.cliargs import first_error, host_port, positive_int
 from controlplane.preflight import EXIT_DENIED, PreflightDenied
 from controlplane.router.app import DEFAULT_MAX_BODY_BYTES
 from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
+from controlplane.router.settings import DEFAULT_BIND_ADDRESS, RouterProxySettings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", type=Path, default=None)
     parser.add_argument("--identity", default="", help="Lease holder identity ($POD_NAME)")
     parser.add_argument(
-        "--bind-address", type=host_port, default=("0.0.0.0", 8000), help="host:port to serve on"
+        "--bind-address", type=host_port, default=DEFAULT_BIND_ADDRESS, help="host:port to serve on"
     )
     parser.add_argument("--preflight-cache-dir", type=Path, default=None)
     parser.add_argument(
@@ -42,11 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the OpenAI-compatible router-proxy with its pool activator."""
-    from controlplane.router.process import RouterProxySettings, run_router_proxy
-
-    settings = RouterProxySettings(
+def settings_from(args: argparse.Namespace) -> RouterProxySettings:
+    return RouterProxySettings(
         router=args.router,
         namespace=args.namespace,
         kubeconfig=args.kubeconfig,
@@ -56,9 +57,15 @@ def run(args: argparse.Namespace) -> int:
         lease_duration_seconds=args.lease_duration_seconds,
         max_body_bytes=args.max_body_bytes,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the OpenAI-compatible router-proxy with its pool activator."""
+    from controlplane.router.process import run_router_proxy
+
     code = 0
     try:
-        anyio.run(run_router_proxy, settings)
+        anyio.run(run_router_proxy, settings_from(args))
     except* PreflightDenied as denied:
         print(f"error: {first_error(denied)}", file=sys.stderr)
         code = EXIT_DENIED

@@ -1,8 +1,8 @@
-"""In-flight requests per member, counted until the response body is closed (DESIGN 4.1).
+"""In-flight requests per member, counted until the response body is closed (docs/router.md).
 
-A counter per ``namespace/member`` key; :meth:`InFlight.track` returns a release callable that is
-idempotent, so the body's close and a disconnect can both call it. Every change wakes waiters
-through ``on_change`` (the activator waits for an incumbent to go idle before claiming).
+A counter per ``namespace/member`` key; :meth:`InFlightRequests.track` returns a release callable
+that is idempotent, so the body's close and a disconnect can both call it. Every change wakes
+waiters through ``on_change`` (the activator waits for an incumbent to go idle before claiming).
 """
 
 from __future__ import annotations
@@ -11,7 +11,10 @@ from collections import Counter
 from collections.abc import Callable
 
 
-class InFlight:
+class InFlightRequests:
+    """How many proxied requests each member is serving now (not the work queue's
+    :class:`~controlplane.runtime.workqueue.UnfinishedWork`, which is reconciles in progress)."""
+
     def __init__(self, on_change: Callable[[], None] = lambda: None) -> None:
         self._counts: Counter[str] = Counter()
         self._on_change = on_change

@@ -1,4 +1,4 @@
-"""The pool's Lease as an activation intent: claim, renew, release (DESIGN 4.3, docs/modelpool.md).
+"""The pool's Lease as an activation intent: claim, renew, release (docs/modelpool.md).
 
 A claim is *for a target*: a replica holds the Lease ``modelpool-pool-<pool>`` for one member,
 and only a claim by the same holder for the same target is "ours". So:
@@ -22,9 +22,9 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import anyio
 
@@ -38,9 +38,11 @@ from controlplane.api.v1alpha1.activation import (
     released,
     renewed,
 )
+from controlplane.clock import TimeSource
 from controlplane.router.errors import LeaseUnavailable
 from controlplane.runtime.errors import AlreadyExists, Conflict, KubeError, NotFound
 from controlplane.runtime.leaserecord import ExpiryObserver
+from controlplane.runtime.objects import Object
 from controlplane.runtime.resources import LEASES, Resource
 
 log = logging.getLogger(__name__)
@@ -50,7 +52,6 @@ DEFAULT_LEASE_DURATION_SECONDS = 45
 #: Writes retried after a 409 before the attempt gives up (the caller tries again later).
 CONFLICT_RETRIES = 3
 
-Object = dict[str, Any]
 T = TypeVar("T")
 
 
@@ -95,7 +96,7 @@ class LeaseCoordinator:
         identity: str,
         *,
         duration: int = DEFAULT_LEASE_DURATION_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
+        clock: TimeSource = time.monotonic,
     ) -> None:
         if duration < 1:
             raise ValueError(f"a pool Lease lasts at least 1 s, got {duration}")

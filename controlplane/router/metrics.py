@@ -1,4 +1,4 @@
-"""The router-proxy's Prometheus metrics, in the framework's registry (DESIGN 6).
+"""The router-proxy's Prometheus metrics, in the framework's registry (docs/router.md).
 
 Swap metrics are counted only by the replica that drove the swap (held the Lease while the target
 came up); every replica counts its held requests and its proxied requests.

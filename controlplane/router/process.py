@@ -4,67 +4,42 @@ A :class:`~controlplane.runtime.manager.Manager` without leader election (every 
 holds informers for the proxy's ModelRouter, ModelPools, InferenceServices, EndpointSlices and
 Leases in its namespace; every cache event wakes the activator's waiters. The HTTP server binds at
 start and answers ``/healthz`` at once; ``/readyz`` (and proxying) waits for the caches and for
-an ALLOWED RBAC preflight (``Component.ROUTER_PROXY``). A DENIED preflight stops the process.
+an ALLOWED RBAC preflight (``Component.ROUTER_PROXY``, through :mod:`controlplane.process`, as
+the operator's). A DENIED preflight stops the process. Flags: :mod:`controlplane.router.command`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import socket
-import uuid
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.api.v1alpha1.activation import POOL_LABEL
-from controlplane.preflight import Component, PreflightGate, Verdict, run_preflight
+from controlplane.preflight import Component
+from controlplane.process import default_identity, gate_on_preflight
 from controlplane.router.activator import Activator, Notifier
 from controlplane.router.app import (
-    DEFAULT_MAX_BODY_BYTES,
     UPSTREAM_TIMEOUT,
     ProxyContext,
     build_app,
 )
-from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS, LeaseCoordinator
+from controlplane.router.lease import LeaseCoordinator
+from controlplane.router.settings import RouterProxySettings
 from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.httpserver import bind, serve
 from controlplane.runtime.informer import DeletedFinalStateUnknown, Informer
 from controlplane.runtime.manager import Manager, ManagerOptions
+from controlplane.runtime.objects import Object
 from controlplane.runtime.resources import ENDPOINT_SLICES, LEASES
 from controlplane.runtime.tracing import configure_tracing
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
-DEFAULT_BIND_ADDRESS = ("0.0.0.0", 8000)
-Object = dict[str, Any]
-
-
-def default_identity() -> str:
-    """The pod's name where known (unique per replica), else host name plus a random id."""
-    return os.environ.get("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4()}"
-
-
-@dataclass
-class RouterProxySettings:
-    """Everything the proxy is told at start (flags and environment)."""
-
-    router: str
-    namespace: str
-    kubeconfig: Path | None = None
-    identity: str = ""
-    bind_address: tuple[str, int] = DEFAULT_BIND_ADDRESS
-    preflight_cache_dir: Path | None = None
-    #: How long a pool Lease claim lasts unrenewed (renewed every third of it).
-    lease_duration_seconds: int = DEFAULT_LEASE_DURATION_SECONDS
-    #: Larger request bodies are refused with 413.
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
 
 class _Wake:
@@ -117,17 +92,6 @@ class CacheView:
         return sorted(set(ready_urls(slices)))
 
 
-class _PreflightRunner:
-    needs_leader_election = False
-
-    def __init__(self, gate: PreflightGate) -> None:
-        self.gate = gate
-
-    async def start(self) -> None:
-        async with anyio.create_task_group() as group:
-            await self.gate.start(group)  # raises PreflightDenied: the process stops
-
-
 class ProxyServer:
     """The HTTP server as a manager runnable, on a socket bound before the manager starts."""
 
@@ -168,15 +132,12 @@ def build_router_proxy(settings: RouterProxySettings) -> tuple[Manager, Activato
     activator = Activator(view, coordinator, manager.client, ns, notifier=notifier)
     manager.add(activator)
 
-    async def check() -> Verdict:
-        return await run_preflight(
-            config, Component.ROUTER_PROXY, ns, cache_dir=settings.preflight_cache_dir
-        )
-
-    gate = PreflightGate(check)
-    manager.add(_PreflightRunner(gate))
-    manager.add_readiness_check(
-        "rbac-preflight", lambda: None if gate.ready else gate.readiness()[1]
+    gate_on_preflight(
+        manager,
+        config,
+        Component.ROUTER_PROXY,
+        ns,
+        cache_dir=settings.preflight_cache_dir,
     )
     context = ProxyContext(
         view.router, view.pool, view.isvc, manager.not_ready_reasons, settings.max_body_bytes

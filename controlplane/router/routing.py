@@ -11,17 +11,17 @@ never stale relative to the caches it was read from.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 from controlplane.router.errors import InvalidRequest, ModelNotFound
+from controlplane.runtime.objects import ObjectView
 
-Object = Mapping[str, Any]
 #: Looks an object up by name in the router's namespace; None when absent.
-Lookup = Callable[[str], Object | None]
+Lookup = Callable[[str], ObjectView | None]
 
 
 @dataclass(frozen=True)
@@ -33,23 +33,23 @@ class Route:
     pool: str | None = None
 
 
-def _backends(router: Object) -> list[Object]:
+def _backends(router: ObjectView) -> list[ObjectView]:
     return list((router.get("spec") or {}).get("backends") or [])
 
 
-def _pool_members(pool: Object) -> list[str]:
+def _pool_members(pool: ObjectView) -> list[str]:
     members = (pool.get("spec") or {}).get("members") or []
     return [str((m.get("inferenceServiceRef") or {}).get("name")) for m in members]
 
 
-def model_name(isvc: Object | None, fallback: str) -> str:
+def model_name(isvc: ObjectView | None, fallback: str) -> str:
     """The model an InferenceService serves (``spec.model.name``), else its own name."""
     if isvc is None:
         return fallback
     return str(((isvc.get("spec") or {}).get("model") or {}).get("name") or fallback)
 
 
-def routing_table(router: Object, pools: Lookup, isvcs: Lookup) -> dict[str, Route]:
+def routing_table(router: ObjectView, pools: Lookup, isvcs: Lookup) -> dict[str, Route]:
     """Every model the router serves, mapped to its route (first backend wins on a clash)."""
     table: dict[str, Route] = {}
     for backend in _backends(router):
@@ -67,7 +67,7 @@ def routing_table(router: Object, pools: Lookup, isvcs: Lookup) -> dict[str, Rou
     return table
 
 
-def resolve(model: str | None, router: Object, pools: Lookup, isvcs: Lookup) -> Route:
+def resolve(model: str | None, router: ObjectView, pools: Lookup, isvcs: Lookup) -> Route:
     """The route for ``model``; raises :class:`ModelNotFound` or :class:`InvalidRequest`."""
     if model is None:
         return _default_route(router, pools, isvcs)
@@ -77,7 +77,7 @@ def resolve(model: str | None, router: Object, pools: Lookup, isvcs: Lookup) -> 
     return route
 
 
-def _default_route(router: Object, pools: Lookup, isvcs: Lookup) -> Route:
+def _default_route(router: ObjectView, pools: Lookup, isvcs: Lookup) -> Route:
     default = (router.get("spec") or {}).get("defaultBackend")
     backend = next((b for b in _backends(router) if b.get("name") == default), None)
     if not default or backend is None:

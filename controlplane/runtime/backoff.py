@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from controlplane.clock import TimeSource
+
 REFLECTOR_BACKOFF_INITIAL = 0.8
 REFLECTOR_BACKOFF_CAP = 30.0
 REFLECTOR_BACKOFF_RESET_AFTER = 120.0
@@ -26,7 +28,7 @@ class Backoff:
     cap: float = REFLECTOR_BACKOFF_CAP
     reset_after: float = REFLECTOR_BACKOFF_RESET_AFTER
     jitter: float = REFLECTOR_BACKOFF_JITTER
-    clock: Callable[[], float] = time.monotonic
+    clock: TimeSource = time.monotonic
     rand: Callable[[], float] = random.random
     _current: float = field(default=0.0, init=False)
     _last_failure: float | None = field(default=None, init=False)

@@ -22,7 +22,8 @@ from typing import Any, Literal
 
 import msgspec
 
-Object = dict[str, Any]
+from controlplane.runtime.objects import Object as Object  # controllers import it from here
+
 _DECODE = msgspec.json.Decoder().decode
 _ENCODE = msgspec.json.Encoder().encode
 #: Maps an object to the index values it is found under (none, one or several).

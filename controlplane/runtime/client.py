@@ -22,6 +22,7 @@ from opentelemetry import trace
 
 from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.errors import ApiError, RequestTimeout, TransportError, api_error
+from controlplane.runtime.objects import Object
 from controlplane.runtime.resources import Resource
 
 #: Seconds any single request may take unless the caller says otherwise.
@@ -43,7 +44,6 @@ PatchType = Literal[
     "application/json-patch+json",
     "application/strategic-merge-patch+json",
 ]
-Object = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,9 @@ that pile up while a key waits collapse into one reconcile.
 
 Outcomes: a returned :class:`Result` with ``requeue_after`` re-adds the key after that delay (and
 forgets its backoff); ``requeue`` re-adds it rate-limited; an exception is logged, counted and
-re-added rate-limited (the worker survives); a :class:`TerminalError` is logged and counted but
-not retried, since retrying cannot help; success forgets the key's backoff.
+re-added rate-limited (the worker survives); a :class:`TerminalError` is logged and counted (in
+``controller_runtime_reconcile_errors_total`` too, as in controller-runtime) but not retried,
+since retrying cannot help; success forgets the key's backoff.
 """
 
 from __future__ import annotations
@@ -237,7 +238,10 @@ class Controller:
                 result = await self.reconciler.reconcile(request)
             except TerminalError as err:
                 outcome = "error"
+                # As controller-runtime: the error counter counts both kinds, this one terminal.
+                metrics.RECONCILE_ERRORS.labels(self.name).inc()
                 metrics.TERMINAL_RECONCILE_ERRORS.labels(self.name).inc()
+                span.record_exception(err)
                 log.error("controller %s: %s: terminal error: %s", self.name, request, err)
                 self.queue.forget(request)
             except Exception as err:

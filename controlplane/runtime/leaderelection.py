@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 
+from controlplane.clock import TimeSource
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import AlreadyExists, Conflict, KubeError, NotFound
 from controlplane.runtime.leaserecord import ExpiryObserver, LeaseRecord
@@ -71,7 +72,7 @@ class LeaderElector:
 
     client: KubeClient
     config: LeaderElectionConfig
-    clock: Callable[[], float] = time.monotonic
+    clock: TimeSource = time.monotonic
     rand: Callable[[], float] = random.random
     on_change: Callable[[bool], None] | None = None
     _expiry: ExpiryObserver = field(init=False)

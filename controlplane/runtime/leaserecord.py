@@ -17,11 +17,11 @@ needs the same two things, so they live here once:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-Clock = Callable[[], float]
+from controlplane.clock import TimeSource
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,7 @@ def lease_key(lease: Mapping[str, Any]) -> str:
 class ExpiryObserver:
     """Remembers, per Lease, when its record last changed as seen on our clock."""
 
-    def __init__(self, clock: Clock = time.monotonic) -> None:
+    def __init__(self, clock: TimeSource = time.monotonic) -> None:
         self.clock = clock
         self._seen: dict[str, tuple[LeaseRecord, float]] = {}
 

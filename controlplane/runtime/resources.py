@@ -1,24 +1,13 @@
 """Addressing API resources: group, version and plural name to URL paths.
 
 A :class:`Resource` is what a request needs; a kind (``apiVersion`` + ``kind``) is what an object
-says. :class:`ResourceMapper` turns one into the other through discovery, cached because discovery
-documents change only when CRDs or aggregated APIs change.
+says. :class:`~controlplane.runtime.discovery.ResourceMapper` turns one into the other; it lives
+in its own module because it needs the client, and the client needs :class:`Resource`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from cachetools import TTLCache
-
-from controlplane.runtime.errors import NotFound
-
-if TYPE_CHECKING:
-    from controlplane.runtime.client import KubeClient
-
-#: How long a discovery document is trusted before it is fetched again.
-DISCOVERY_TTL_SECONDS = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,38 +85,3 @@ SELF_SUBJECT_ACCESS_REVIEWS = Resource(
 SELF_SUBJECT_REVIEWS = Resource(
     "authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", namespaced=False
 )
-
-
-class ResourceMapper:
-    """Maps ``(apiVersion, kind)`` to a :class:`Resource` through cached discovery."""
-
-    def __init__(self, client: KubeClient, ttl: float = DISCOVERY_TTL_SECONDS) -> None:
-        self._client = client
-        self._documents: TTLCache[str, dict[str, Resource]] = TTLCache(maxsize=256, ttl=ttl)
-
-    async def _kinds(self, api_version: str, refresh: bool) -> dict[str, Resource]:
-        if not refresh and api_version in self._documents:
-            return self._documents[api_version]
-        group, _, version = api_version.rpartition("/")
-        probe = Resource(group, version, "", "")
-        document: dict[str, Any] = await self._client.request("GET", probe.base)
-        kinds: dict[str, Resource] = {}
-        for entry in document.get("resources", []):
-            if "/" in entry["name"]:  # subresources such as pods/status
-                continue
-            kinds[entry["kind"]] = Resource(
-                group, version, entry["name"], entry["kind"], bool(entry.get("namespaced"))
-            )
-        self._documents[api_version] = kinds
-        return kinds
-
-    async def resource_for(self, api_version: str, kind: str) -> Resource:
-        """The resource serving ``kind``; a miss refreshes discovery once (a CRD may be new)."""
-        for refresh in (False, True):
-            try:
-                kinds = await self._kinds(api_version, refresh)
-            except NotFound:
-                kinds = {}
-            if kind in kinds:
-                return kinds[kind]
-        raise NotFound(404, "NotFound", f"no resource serves kind {kind!r} in {api_version!r}")

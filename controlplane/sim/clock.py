@@ -1,27 +1,19 @@
 """Time as the simulated model sees it, injectable so unit tests count sleeps instead of waiting.
 
 Loading and token generation are the only places the simulator spends time; both go through a
-:class:`Clock`, so a test can hand the model a clock that records each requested sleep and
-returns at once, then assert how many tokens took how long without touching the wall clock.
+:class:`~controlplane.clock.Clock` (the project's one clock protocol, from the neutral leaf
+module :mod:`controlplane.clock`, since the simulator knows nothing of the framework), so a test
+can hand the model a clock that records each requested sleep and returns at once, then assert how
+many tokens took how long without touching the wall clock.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import anyio
 
+from controlplane.clock import Clock
 
-class Clock(Protocol):
-    """A monotonic time source and a way to wait on it."""
-
-    def now(self) -> float:
-        """Seconds on a monotonic scale (only differences mean anything)."""
-        ...
-
-    async def sleep(self, seconds: float) -> None:
-        """Wait ``seconds``; a cancellation point like any anyio sleep."""
-        ...
+__all__ = ["AnyioClock", "Clock"]
 
 
 class AnyioClock:
@@ -32,3 +24,6 @@ class AnyioClock:
 
     async def sleep(self, seconds: float) -> None:
         await anyio.sleep(seconds)
+
+    async def sleep_until(self, deadline: float) -> None:
+        await anyio.sleep(max(0.0, deadline - anyio.current_time()))

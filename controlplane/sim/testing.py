@@ -31,6 +31,9 @@ class ManualClock:
         self.time += seconds
         await anyio.lowlevel.checkpoint()
 
+    async def sleep_until(self, deadline: float) -> None:
+        await self.sleep(max(0.0, deadline - self.time))
+
 
 class GatedClock(ManualClock):
     """Virtual time whose sleeps wait for :meth:`open`; :attr:`blocked` counts waiting sleeps."""

@@ -1,4 +1,6 @@
-"""The pool invariant monitor: at every instant at most one member of a pool runs (DESIGN 4.6).
+"""The pool invariant monitor: at every instant at most one member of a pool runs.
+
+The contract: docs/modelpool.md ("The grant").
 
 Every e2e test that runs pools gets one (``start_node`` in :mod:`tests.e2e.operator_process`
 attaches it to the node stand-in). It records a residency timeline from two sources and fails

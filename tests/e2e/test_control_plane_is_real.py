@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from controlplane.runtime.client import KubeClient
+from controlplane.runtime.discovery import ResourceMapper
 from controlplane.runtime.errors import Conflict, Forbidden, NotFound
 from controlplane.runtime.resources import (
     CONFIGMAPS,
@@ -18,7 +19,6 @@ from controlplane.runtime.resources import (
     SELF_SUBJECT_REVIEWS,
     SERVICE_ACCOUNTS,
     Resource,
-    ResourceMapper,
 )
 from tests.e2e.clusters import TestCluster
 from tests.e2e.waiting import eventually

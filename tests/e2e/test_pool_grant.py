@@ -1,4 +1,6 @@
-"""A pool member runs only once its pool grants it the slot (DESIGN 4.6), against a real API server.
+"""A pool member runs only once its pool grants it the slot, against a real API server.
+
+The contract: docs/modelpool.md ("The grant").
 
 The operator runs under its own ServiceAccount; the node stand-in gives Deployments pods backed by
 simulator processes. The stand-in starts a pod's simulator after the pod is created and deletes

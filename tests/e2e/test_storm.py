@@ -40,7 +40,7 @@ Assertions, all on what was observed (no timing is asserted):
    is summed over every replica that ever ran: the live ones at the end, the killed one as
    scraped right before it was killed. What "exactly once" can mean when the driver is killed
    mid-swap: the counter lives in the driver's memory and dies with it, and only the driver
-   counts (DESIGN 4.6). So the swap the killed replica was driving is counted once if another
+   counts (docs/router.md). So the swap the killed replica was driving is counted once if another
    replica re-claimed the expired Lease and finished it, and **not at all** if the pool
    controller finished it under the dead holder's still-valid intent (or if it finished in the
    instant between the scrape and the kill). Nothing else may be missing: for every

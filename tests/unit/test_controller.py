@@ -22,6 +22,7 @@ from controlplane.runtime.controller import (
     enqueue_object,
 )
 from controlplane.runtime.informer import DeletedFinalStateUnknown
+from controlplane.runtime.metrics import REGISTRY
 from controlplane.runtime.workqueue import RateLimitingQueue
 
 pytestmark = pytest.mark.anyio
@@ -108,6 +109,22 @@ async def test_terminal_error_is_not_retried() -> None:
     controller.queue.add(Request("ns", "a"))
     await _run_until(controller, reconciler, 1)
     assert reconciler.calls == 1
+
+
+def _errors(name: str, controller: str) -> float:
+    return REGISTRY.get_sample_value(name, {"controller": controller}) or 0.0
+
+
+async def test_terminal_errors_count_as_errors_too() -> None:
+    """As in controller-runtime: ``reconcile_errors_total`` counts both kinds of error, and
+    ``terminal_reconcile_errors_total`` the terminal ones alone."""
+    reconciler = Scripted(TerminalError("never"), RuntimeError("boom"))
+    controller = Controller("counted", reconciler)
+    controller.queue.add(Request("ns", "a"))
+    controller.queue.add(Request("ns", "b"))
+    await _run_until(controller, reconciler, 3)
+    assert _errors("controller_runtime_reconcile_errors_total", "counted") == 2
+    assert _errors("controller_runtime_terminal_reconcile_errors_total", "counted") == 1
 
 
 async def test_requeue_after_comes_back_and_requeue_is_rate_limited() -> None:

@@ -21,7 +21,7 @@ from controlplane.controllers.modelpool.plan import (
     pool_status,
     status_changed,
 )
-from controlplane.runtimes.idle import IdleOutcome, IdleReport
+from controlplane.probes.idle import IdleOutcome, IdleReport
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 

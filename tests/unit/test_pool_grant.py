@@ -1,4 +1,4 @@
-"""A pool member runs only once its pool grants it the slot (DESIGN 4.6).
+"""A pool member runs only once its pool grants it the slot (docs/modelpool.md, "The grant").
 
 The pure decision (:func:`deployment_replicas`), then the InferenceService reconciler against a
 fake API server: what it applies to the Deployment, and which live reads guard a raise.

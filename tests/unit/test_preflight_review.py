@@ -149,7 +149,7 @@ async def test_while_the_server_is_silent_only_one_review_asks() -> None:
 
     async def flaky(body: dict[str, object]) -> dict[str, object]:
         if silence:
-            server.calls.append(Submitted(body, clock.monotonic()))
+            server.calls.append(Submitted(body, clock.now()))
             raise silence.pop()
         return await server(body)
 

@@ -11,11 +11,13 @@ import pytest
 from controlplane.router.activator import Activator
 from controlplane.router.app import ProxyContext, build_app
 from controlplane.router.errors import (
+    MEMBER_ERROR_CODE,
     ActivationTimeout,
     InvalidRequest,
     LeaseUnavailable,
     ModelNotFound,
     PoolBusy,
+    member_error_body,
 )
 from controlplane.router.lease import LeaseCoordinator
 from controlplane.router.routing import Route, parse_duration, resolve, routing_table, validate_body
@@ -148,10 +150,14 @@ def test_503_errors_carry_retry_after_and_their_reason() -> None:
         assert set(error.body()["error"]) == {"message", "type", "code"}
 
 
-def _client(ready: bool = True, api: FakeApi | None = None) -> httpx.AsyncClient:
+def _client(
+    ready: bool = True, api: FakeApi | None = None, member: httpx.MockTransport | None = None
+) -> httpx.AsyncClient:
     """The proxy app in-process (no socket), as the simulator's unit tests drive theirs. Its
-    activator is not running: a request that got as far as being held would fail loudly."""
+    activator is not running: a request that got as far as being held would fail loudly. The
+    backend ``solo`` is served by ``member`` (a fake upstream), when given."""
     view = FakeView()
+    view.urls["solo-isvc"] = ["http://member"]
     api = api or FakeApi()
     activator = Activator(view, LeaseCoordinator(api, "ns", "me"), api, "ns")
     context = ProxyContext(
@@ -161,7 +167,7 @@ def _client(ready: bool = True, api: FakeApi | None = None) -> httpx.AsyncClient
         lambda: [] if ready else ["caches not synced"],
         max_body_bytes=1024,
     )
-    app = build_app(context, activator, httpx.AsyncClient())
+    app = build_app(context, activator, httpx.AsyncClient(transport=member))
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
 
 
@@ -242,3 +248,114 @@ async def test_http_models_and_metrics() -> None:
         metrics = (await client.get("/metrics")).text
     assert ids == ["llama-3-8b", "qwen-2-7b", "solo"]
     assert "modelpool_proxy_requests_total" in metrics
+
+
+def _shape(response: httpx.Response) -> dict[str, Any]:
+    error: dict[str, Any] = response.json()["error"]
+    assert {"message", "type", "code"} <= set(error)
+    assert all(isinstance(error[key], str) for key in ("message", "type", "code"))
+    return error
+
+
+@pytest.mark.anyio
+async def test_an_unknown_path_is_a_json_404() -> None:
+    async with _client() as client:
+        response = await client.get("/v2/nothing")
+    assert response.status_code == 404
+    assert response.headers["content-type"] == "application/json"
+    error = _shape(response)
+    assert (error["type"], error["code"]) == ("invalid_request_error", "not_found")
+    assert "/v2/nothing" in error["message"]
+
+
+@pytest.mark.anyio
+async def test_a_wrong_method_is_a_json_405_with_allow() -> None:
+    async with _client() as client:
+        response = await client.get("/v1/chat/completions")
+        models = await client.post("/v1/models")
+    assert response.status_code == 405
+    assert response.headers["allow"] == "POST"
+    assert _shape(response)["code"] == "method_not_allowed"
+    assert models.status_code == 405
+    assert "GET" in models.headers["allow"]
+
+
+class _Body(httpx.AsyncByteStream):
+    """A body that arrives as a stream, as a real member's does (bytes would be pre-read)."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    async def __aiter__(self) -> Any:
+        yield self.body
+
+
+def _member(status: int, body: bytes, content_type: str) -> httpx.MockTransport:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, stream=_Body(body), headers={"content-type": content_type})
+
+    return httpx.MockTransport(answer)
+
+
+CHAT = {"model": "solo", "messages": [{"role": "user", "content": "hi"}]}
+LLAMA_CPP_400 = (
+    b'{"error": {"code": 400, "message": "the request exceeds the available context size",'
+    b' "type": "exceed_context_size_error", "n_prompt_tokens": 5000, "n_ctx": 4096}}'
+)
+
+
+@pytest.mark.anyio
+async def test_a_member_s_json_error_gets_a_string_code_and_keeps_the_rest() -> None:
+    async with _client(member=_member(400, LLAMA_CPP_400, "application/json")) as client:
+        response = await client.post("/v1/chat/completions", json=CHAT)
+    assert response.status_code == 400
+    error = _shape(response)
+    assert error == {
+        "code": MEMBER_ERROR_CODE,
+        "message": "the request exceeds the available context size",
+        "type": "exceed_context_size_error",
+        "n_prompt_tokens": 5000,
+        "n_ctx": 4096,
+    }
+
+
+@pytest.mark.anyio
+async def test_a_member_s_plain_text_error_becomes_the_message() -> None:
+    async with _client(member=_member(500, b"Internal Server Error", "text/plain")) as client:
+        response = await client.post("/v1/chat/completions", json=CHAT)
+    assert response.status_code == 500
+    error = _shape(response)
+    assert (error["message"], error["type"]) == ("Internal Server Error", "server_error")
+
+
+@pytest.mark.anyio
+async def test_success_bodies_and_event_streams_pass_untouched() -> None:
+    ok = b'{"choices": [], "code": 7}'
+    stream = b'data: {"error": {"code": 500, "message": "x"}}\n\n'
+    async with _client(member=_member(200, ok, "application/json")) as client:
+        assert (await client.post("/v1/chat/completions", json=CHAT)).content == ok
+    async with _client(member=_member(500, stream, "text/event-stream")) as client:
+        assert (await client.post("/v1/chat/completions", json=CHAT)).content == stream
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "expected"),
+    [
+        (b'{"error": {"code": "busy", "message": "m", "type": "t"}}', 503, ("m", "t", "busy")),
+        (
+            b'{"error": "slot unavailable"}',
+            503,
+            ("slot unavailable", "server_error", "member_error"),
+        ),
+        (b"", 404, ("the member answered 404", "invalid_request_error", "member_error")),
+        (b"[1, 2]", 502, ("[1, 2]", "server_error", "member_error")),
+        (
+            b'{"error": {"message": 3, "type": null}}',
+            500,
+            ("the member answered 500", "server_error", "member_error"),
+        ),
+    ],
+)
+def test_member_error_bodies(raw: bytes, status: int, expected: tuple[str, str, str]) -> None:
+    error = member_error_body(raw, status)["error"]
+    assert (error["message"], error["type"], error["code"]) == expected

@@ -14,9 +14,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from controlplane.runtimes import llamacpp
-from controlplane.runtimes.idle import IdleOutcome, IdleReport
-from controlplane.runtimes.llamacpp import SlotsProbe, read_slots
+from controlplane.probes import llamacpp
+from controlplane.probes.idle import IdleOutcome, IdleReport
+from controlplane.probes.llamacpp import SlotsProbe, read_slots
 from controlplane.sim.app import build_app
 from controlplane.sim.model import SimulatedModel
 from controlplane.sim.settings import SimSettings, SlotsMode

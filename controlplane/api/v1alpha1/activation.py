@@ -1,4 +1,4 @@
-"""The activation intent: how an activator asks a pool for a member (DESIGN 4.1).
+"""The activation intent: how an activator asks a pool for a member (docs/modelpool.md).
 
 A request for a member is an explicit, revocable intent written by the activator that holds the
 pool's Lease; the pool controller reads it and decides who owns the slot. The intent **is** the
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from controlplane.runtime.leaserecord import LeaseRecord
+from controlplane.runtime.objects import Object
 from controlplane.runtime.timeutil import micro_time
 
 #: Annotation on the pool's Lease naming the member the holder wants resident.
@@ -43,8 +44,6 @@ TARGET_ANNOTATION: Final = "inference.modelpool.dev/target"
 POOL_LABEL: Final = "inference.modelpool.dev/pool"
 #: Prefix of a pool's Lease name; the rest is the pool's name.
 POOL_LEASE_PREFIX: Final = "modelpool-pool-"
-
-Object = dict[str, Any]
 
 
 def pool_lease_name(pool: str) -> str:

@@ -61,7 +61,7 @@ from controlplane.api.v1alpha1.modelpool import (
 )
 from controlplane.controllers.modelpool.intent import Intent, Owner, OwnerReason
 from controlplane.runtime.controller import Result
-from controlplane.runtimes.idle import IdleOutcome, IdleReport
+from controlplane.probes.idle import IdleOutcome, IdleReport
 
 #: How soon a deferred drain is probed again: the only polling, since ``/slots`` has no watch.
 DEFER_REQUEUE_SECONDS: Final = 1.0

@@ -8,7 +8,7 @@ Each reconcile reads everything from the caches and acts in three steps:
    clock (:class:`~.intent.LeaseObserver`).
 2. **Plan and act** (:func:`~.plan.plan_actions`). Non-owners are drained: one that serves
    requests goes to ``replicas: 0`` only after its idle probe (llama.cpp ``GET /slots``,
-   :class:`~controlplane.runtimes.llamacpp.SlotsProbe`) says idle on every ready endpoint; busy is
+   :class:`~controlplane.probes.llamacpp.SlotsProbe`) says idle on every ready endpoint; busy is
    ``PodsBusy``, anything unproven is ``IdleCheckFailed``, and both defer the drain
    (``SwapDeferred=True``, a Warning event, a re-probe after :data:`~.plan.DEFER_REQUEUE_SECONDS`:
    ``/slots`` changes produce no watch event). The owner goes to ``replicas: 1`` only when every
@@ -71,6 +71,8 @@ from controlplane.controllers.modelpool.plan import (
     status_changed,
     transitions,
 )
+from controlplane.probes.idle import IdleOutcome, IdleProbe, IdleReport
+from controlplane.probes.llamacpp import SlotsProbe
 from controlplane.runtime.cache import LABEL_INDEX, NAMESPACE_INDEX, Object
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.controller import Request, Result
@@ -80,8 +82,6 @@ from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
 from controlplane.runtime.manager import Manager
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, LEASES, PODS
-from controlplane.runtimes.idle import IdleOutcome, IdleProbe, IdleReport
-from controlplane.runtimes.llamacpp import SlotsProbe
 
 log = logging.getLogger(__name__)
 

@@ -10,14 +10,14 @@ anything that behaves like one. Time comes from an injectable :class:`Clock`; me
 injectable :class:`MetricsProvider` (the Prometheus one lives in ``controlplane.runtime.metrics``).
 """
 
-from controlplane.runtime.workqueue.clock import Clock, FakeClock, MonotonicClock
+from controlplane.runtime.workqueue.clock import Clock, FakeClock, SystemClock
 from controlplane.runtime.workqueue.delaying import DelayingQueue, DelayingWorkQueue
 from controlplane.runtime.workqueue.errors import NotProcessing, QueueShutDown, WorkqueueError
 from controlplane.runtime.workqueue.metrics import (
-    InFlight,
     InFlightProbe,
     MetricsProvider,
     NoopMetricsProvider,
+    UnfinishedWork,
 )
 from controlplane.runtime.workqueue.queue import Queue, WorkQueue
 from controlplane.runtime.workqueue.ratelimiters import (
@@ -43,12 +43,10 @@ __all__ = [
     "DelayingQueue",
     "DelayingWorkQueue",
     "FakeClock",
-    "InFlight",
     "InFlightProbe",
     "ItemExponentialFailureRateLimiter",
     "MaxOfRateLimiter",
     "MetricsProvider",
-    "MonotonicClock",
     "NoopMetricsProvider",
     "NotProcessing",
     "Queue",
@@ -56,6 +54,8 @@ __all__ = [
     "RateLimiter",
     "RateLimitingQueue",
     "RateLimitingWorkQueue",
+    "SystemClock",
+    "UnfinishedWork",
     "WorkQueue",
     "WorkqueueError",
     "default_controller_rate_limiter",

@@ -1,9 +1,11 @@
 """The time source of the work queue, injectable so that delays are testable without sleeping.
 
 The queue needs two things from time: what the (monotonic) time is now, and a way to sleep
-until a given instant. Sleeping *until an instant* rather than *for a duration* matters for the
-fake clock: a waiter that computed ``deadline - now`` and added it back to ``now`` could land one
-float ulp past the deadline and never be woken by a test that advances the clock exactly to it.
+until a given instant. Both come from the project's one :class:`~controlplane.clock.Clock`,
+re-exported here with its real implementation :class:`~controlplane.clock.SystemClock`.
+Sleeping *until an instant* rather than *for a duration* matters for the fake clock: a waiter
+that computed ``deadline - now`` and added it back to ``now`` could land one float ulp past the
+deadline and never be woken by a test that advances the clock exactly to it.
 
 :class:`FakeClock` is public because every layer built on the queue (controllers included)
 wants the same determinism in its own tests: time moves only when the test calls ``advance``.
@@ -12,33 +14,13 @@ wants the same determinism in its own tests: time moves only when the test calls
 from __future__ import annotations
 
 import itertools
-import time
-from typing import Protocol
 
 import anyio
 import anyio.lowlevel
 
+from controlplane.clock import Clock, SystemClock
 
-class Clock(Protocol):
-    """A monotonic clock: ``now`` in seconds, and an async sleep until an instant of it."""
-
-    def now(self) -> float:
-        """The current time in seconds; only differences between two readings mean anything."""
-        ...
-
-    async def sleep_until(self, deadline: float) -> None:
-        """Return once ``now() >= deadline`` (at once, after a checkpoint, if already past)."""
-        ...
-
-
-class MonotonicClock:
-    """The real clock: ``time.monotonic``, the same clock asyncio's event loop schedules on."""
-
-    def now(self) -> float:
-        return time.monotonic()
-
-    async def sleep_until(self, deadline: float) -> None:
-        await anyio.sleep(max(0.0, deadline - time.monotonic()))
+__all__ = ["Clock", "FakeClock", "SystemClock"]
 
 
 class FakeClock:
@@ -51,6 +33,9 @@ class FakeClock:
 
     def now(self) -> float:
         return self._now
+
+    async def sleep(self, seconds: float) -> None:
+        await self.sleep_until(self._now + seconds)
 
     async def sleep_until(self, deadline: float) -> None:
         if deadline <= self._now:

@@ -37,8 +37,8 @@ class HistogramMetric(Protocol):
 
 
 @dataclass(frozen=True)
-class InFlight:
-    """A snapshot of the work being processed right now."""
+class UnfinishedWork:
+    """A snapshot of the keys being processed right now (client-go's "unfinished work")."""
 
     unfinished_work_seconds: float
     """Sum over the keys being processed of how long each has been processing."""
@@ -47,7 +47,7 @@ class InFlight:
 
 
 class InFlightProbe(Protocol):
-    def in_flight(self) -> InFlight: ...
+    def in_flight(self) -> UnfinishedWork: ...
 
 
 class MetricsProvider(Protocol):
@@ -152,14 +152,14 @@ class _RecordingQueueMetrics(QueueMetrics[K]):
     def retried(self) -> None:
         self._retries.inc()
 
-    def in_flight(self) -> InFlight:
+    def in_flight(self) -> UnfinishedWork:
         # A scrape may run on another thread than the event loop. ``tuple(dict.values())`` of
         # floats is copied in C without running Python code, so it cannot see a dict that is
         # resized half-way; the arithmetic then works on the private copy.
         started = tuple(self._started_at.values())
         now = self._clock.now()
         ages = [max(0.0, now - at) for at in started]
-        return InFlight(sum(ages), max(ages, default=0.0))
+        return UnfinishedWork(sum(ages), max(ages, default=0.0))
 
 
 def queue_metrics(name: str, provider: MetricsProvider | None, clock: Clock) -> QueueMetrics[K]:

@@ -31,7 +31,7 @@ from typing import Generic, Protocol, TypeVar
 import anyio
 import anyio.lowlevel
 
-from controlplane.runtime.workqueue.clock import Clock, MonotonicClock
+from controlplane.runtime.workqueue.clock import Clock, SystemClock
 from controlplane.runtime.workqueue.errors import NotProcessing, QueueShutDown
 from controlplane.runtime.workqueue.metrics import MetricsProvider, QueueMetrics, queue_metrics
 
@@ -67,7 +67,7 @@ class Queue(Generic[K]):
         metrics_provider: MetricsProvider | None = None,
     ) -> None:
         self.name = name
-        self._clock: Clock = clock if clock is not None else MonotonicClock()
+        self._clock: Clock = clock if clock is not None else SystemClock()
         self._metrics: QueueMetrics[K] = queue_metrics(name, metrics_provider, self._clock)
         self._queue: deque[K] = deque()
         self._dirty: set[K] = set()

@@ -18,7 +18,7 @@ import math
 from collections.abc import Hashable
 from typing import Generic, Protocol, TypeVar
 
-from controlplane.runtime.workqueue.clock import Clock, MonotonicClock
+from controlplane.runtime.workqueue.clock import Clock, SystemClock
 
 DEFAULT_ITEM_BASE_DELAY = 0.005
 """Seconds before the first retry of a key (client-go: 5 ms)."""
@@ -95,7 +95,7 @@ class BucketRateLimiter:
             raise ValueError("the bucket needs qps > 0 and burst >= 1")
         self.qps = qps
         self.burst = burst
-        self._clock: Clock = clock if clock is not None else MonotonicClock()
+        self._clock: Clock = clock if clock is not None else SystemClock()
         self._tokens = float(burst)
         self._last = self._clock.now()
 

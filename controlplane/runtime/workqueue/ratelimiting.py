@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Protocol, TypeVar
 
-from controlplane.runtime.workqueue.clock import Clock, MonotonicClock
+from controlplane.runtime.workqueue.clock import Clock, SystemClock
 from controlplane.runtime.workqueue.delaying import DelayingQueue, DelayingWorkQueue
 from controlplane.runtime.workqueue.metrics import MetricsProvider
 from controlplane.runtime.workqueue.ratelimiters import RateLimiter, default_controller_rate_limiter
@@ -40,7 +40,7 @@ class RateLimitingQueue(DelayingQueue[K]):
         clock: Clock | None = None,
         metrics_provider: MetricsProvider | None = None,
     ) -> None:
-        clock = clock if clock is not None else MonotonicClock()
+        clock = clock if clock is not None else SystemClock()
         super().__init__(name, clock=clock, metrics_provider=metrics_provider)
         self.rate_limiter: RateLimiter[K] = (
             rate_limiter if rate_limiter is not None else default_controller_rate_limiter(clock)

@@ -24,9 +24,9 @@ import httpx
 import msgspec
 from opentelemetry import trace
 
-from controlplane.runtimes.idle import IdleOutcome, IdleReport
+from controlplane.probes.idle import IdleOutcome, IdleReport
 
-tracer = trace.get_tracer("controlplane.runtimes.llamacpp")
+tracer = trace.get_tracer("controlplane.probes.llamacpp")
 
 SLOTS_PATH: Final = "/slots"
 #: The whole probe (connect, request, body) must finish within this, or it is ``FAILED``.
