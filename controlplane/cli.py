@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from controlplane.envtest import ControlPlane, EnvtestError
 from controlplane.operator import command as operator_command

@@ -60,8 +60,8 @@ from controlplane.api.v1alpha1.modelpool import (
     ModelPoolStatus,
 )
 from controlplane.controllers.modelpool.intent import Intent, Owner, OwnerReason
-from controlplane.runtime.controller import Result
 from controlplane.probes.idle import IdleOutcome, IdleReport
+from controlplane.runtime.controller import Result
 
 #: How soon a deferred drain is probed again: the only polling, since ``/slots`` has no watch.
 DEFER_REQUEUE_SECONDS: Final = 1.0
