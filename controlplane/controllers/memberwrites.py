@@ -1,4 +1,4 @@
-"""Metrics of the pool's member writes, shared by both writers (DESIGN 4.4, 4.6, 6).
+"""Metrics of the pool's member writes, shared by both writers (docs/modelpool.md, docs/router.md).
 
 ``modelpool_member_write_conflicts_total{pool, member}`` counts member writes the API server
 refused with 409 (``MemberWriteConflict``): somebody (an activator scaling a failed target down,

@@ -29,6 +29,7 @@ from typing import Any, Final
 import msgspec
 
 from controlplane.runtime.endpoints import LOCALHOST_DOMAIN, LOOPBACK
+from controlplane.runtime.objects import Object
 
 NODE_NAME: Final = "modelpool-sim-node"
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
@@ -47,8 +48,6 @@ SLICE_MANAGED_BY_LABEL: Final = "endpointslice.kubernetes.io/managed-by"
 SLICE_MANAGED_BY: Final = "sim-node.modelpool.dev"
 #: One simulated GPU: a member Deployment gets at most this many pods.
 MEMBER_MAX_REPLICAS: Final = 1
-
-Object = dict[str, Any]
 
 
 class PodRole(enum.Enum):

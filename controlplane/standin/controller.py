@@ -95,6 +95,7 @@ from controlplane.runtime.endpoints import LOOPBACK
 from controlplane.runtime.errors import Conflict, NotFound
 from controlplane.runtime.informer import Informer
 from controlplane.runtime.manager import Manager
+from controlplane.runtime.objects import Object
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, PODS, SERVICES
 from controlplane.standin.builders import (
     MANAGED_SELECTOR,
@@ -106,7 +107,6 @@ from controlplane.standin.builders import (
     SLICE_MANAGED_BY,
     SLICE_MANAGED_BY_LABEL,
     Backend,
-    Object,
     PodRole,
     controller_of,
     deployment_status,

@@ -1,6 +1,6 @@
 """The InferenceService reconciler: reads the caches, applies what differs, writes status on change.
 
-**Pool members run only when granted** (DESIGN 4.6,
+**Pool members run only when granted** (docs/modelpool.md,
 :mod:`~controlplane.controllers.modelpool.grant`). The Deployment's replicas are
 :func:`~controlplane.controllers.modelpool.grant.deployment_replicas`: ``spec.replicas`` for an
 InferenceService no pool lists or one its pool has granted the slot
@@ -38,12 +38,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
 from controlplane.api.v1alpha1.inferenceservice import PHASE_FAILED, PHASE_PENDING
+from controlplane.clock import TimeSource
 from controlplane.controllers.children import foreign_child, needs_apply
 from controlplane.controllers.inferenceservice.desired import (
     ISVC_LABEL,
@@ -87,9 +88,6 @@ MAX_CONCURRENT_RECONCILES: Final = 2
 UNLISTED_SETTLE_SECONDS: Final = 2.0
 
 
-Clock = Callable[[], float]
-
-
 @dataclass(frozen=True, slots=True)
 class Replicas:
     """What the Deployment gets, why it may get less than asked, and the objects it was decided
@@ -114,7 +112,7 @@ class InferenceServiceReconciler:
         services: Informer,
         pods: Informer,
         pools: Informer,
-        clock: Clock = time.monotonic,
+        clock: TimeSource = time.monotonic,
     ) -> None:
         self.client = client
         self.recorder = recorder

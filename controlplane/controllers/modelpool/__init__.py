@@ -1,4 +1,4 @@
-"""The ModelPool controller: one exclusive GPU slot, shared by the pool's members (DESIGN 4).
+"""The ModelPool controller: one exclusive GPU slot shared by a pool's members (docs/modelpool.md).
 
 Split along the seams its tests use:
 

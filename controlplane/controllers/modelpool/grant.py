@@ -1,4 +1,6 @@
-"""The slot grant: how the pool stays the only authority on its members' replicas (DESIGN 4.6).
+"""The slot grant: how the pool stays the only authority on its members' replicas.
+
+See docs/modelpool.md, "grant".
 
 ``spec.replicas`` alone cannot say "run": it is absent (= 1) on a freshly applied member, so an
 InferenceService controller that simply copied it would start every member of a pool applied
@@ -21,16 +23,16 @@ Pure functions of objects (no I/O), shared by both controllers so they read the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, Final
+
+from controlplane.runtime.objects import ObjectView
 
 #: Names the pool that granted this InferenceService its slot; absent: no grant.
 GRANTED_BY_ANNOTATION: Final = "inference.modelpool.dev/granted-by"
 
-Object = Mapping[str, Any]
 
-
-def granted_by(isvc: Object) -> str | None:
+def granted_by(isvc: ObjectView) -> str | None:
     """The pool named by the grant annotation, if any."""
     annotations = (isvc.get("metadata") or {}).get("annotations") or {}
     value = annotations.get(GRANTED_BY_ANNOTATION)
@@ -47,12 +49,12 @@ def set_grant(isvc: dict[str, Any], pool: str | None) -> None:
         annotations[GRANTED_BY_ANNOTATION] = pool
 
 
-def lists_member(pool: Object, member: str) -> bool:
+def lists_member(pool: ObjectView, member: str) -> bool:
     refs = (pool.get("spec") or {}).get("members") or ()
     return any((ref.get("inferenceServiceRef") or {}).get("name") == member for ref in refs)
 
 
-def pools_listing(pools: Iterable[Object], member: str) -> list[str]:
+def pools_listing(pools: Iterable[ObjectView], member: str) -> list[str]:
     """Names of the pools (of one namespace) that list ``member``, sorted; deleted ones excluded,
     since deleting a pool hands its members back to their own ``spec.replicas``."""
     return sorted(

@@ -27,15 +27,14 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from controlplane.api.v1alpha1.activation import pool_for_lease, read_activation
+from controlplane.clock import TimeSource
 from controlplane.runtime.informer import DeletedFinalStateUnknown
 from controlplane.runtime.leaserecord import ExpiryObserver, lease_key
-
-Clock = Callable[[], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +54,7 @@ class LeaseObserver:
     a pool's (:func:`~controlplane.api.v1alpha1.activation.pool_for_lease`) are ignored.
     """
 
-    def __init__(self, clock: Clock = time.monotonic) -> None:
+    def __init__(self, clock: TimeSource = time.monotonic) -> None:
         self.expiry = ExpiryObserver(clock)
 
     def intent(self, lease: Mapping[str, Any] | None) -> Intent | None:

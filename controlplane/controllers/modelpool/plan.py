@@ -3,7 +3,7 @@
 Pure functions of what the caches and the idle probes say (no I/O), kept apart from the reconciler
 so every rule is unit-tested as a table (``tests/unit/test_modelpool_plan.py``):
 
-:func:`plan_actions` (DESIGN 4.2, 4.3)
+:func:`plan_actions` (docs/modelpool.md, "What the controller does")
     * A member that does not exist makes the plan empty: a Degraded pool changes no replicas.
     * **Drain.** Every member other than the owner whose ``spec.replicas`` is not 0 must go to 0.
       One that is *serving* (its InferenceService is Ready, or it has a ready endpoint) goes to 0
@@ -17,7 +17,7 @@ so every rule is unit-tested as a table (``tests/unit/test_modelpool_plan.py``):
       when the process exits, not when its pod is marked for deletion). An owner that asks for 1
       (``replicas`` unset) without the grant does not run: it is granted by the same rule.
 
-:func:`pool_status` (DESIGN 4.4)
+:func:`pool_status` (docs/modelpool.md, status)
     * ``residentMember``: the owner once its InferenceService is Ready; until then the previous
       resident keeps the title (the slot is still its to return to: a withdrawn intent sends the
       pool back to it).

@@ -1,4 +1,4 @@
-"""The ModelPool reconciler: one exclusive GPU slot, shared by the pool's members (DESIGN 4).
+"""The ModelPool reconciler: one exclusive GPU slot shared by a pool's members (docs/modelpool.md).
 
 Each reconcile reads everything from the caches and acts in three steps:
 
@@ -18,9 +18,10 @@ Each reconcile reads everything from the caches and acts in three steps:
    differs, with the cached ``resourceVersion``; events for a swap started, completed or
    abandoned, a deferral, and degradation (:func:`~.plan.transitions`).
 
-**The pool is the only authority on its members' replicas** (DESIGN 4.6): the write that sets the
-owner's ``replicas: 1`` also grants it the slot (``inference.modelpool.dev/granted-by: <pool>``,
-:mod:`~.grant`), and the write that sets a member to 0 revokes it. The InferenceService
+**The pool is the only authority on its members' replicas** (docs/modelpool.md, "grant"): the
+write that sets the owner's ``replicas: 1`` also grants it the slot
+(``inference.modelpool.dev/granted-by: <pool>``, :mod:`~.grant`), and the write that sets a member
+to 0 revokes it. The InferenceService
 controller never raises a member's Deployment without that grant, so a member
 whose ``replicas`` is unset (= 1) does not run merely for being applied.
 
@@ -32,7 +33,7 @@ recorded as a Warning event on the pool, and the key is requeued, so the next re
 again on the newer object; the refused write is never repeated as it was. Status writes are
 guarded the same way.
 
-**Driven by watches** (DESIGN 4.5): pools, their members, the members' Deployments, pods
+**Driven by watches** (docs/modelpool.md): pools, their members, the members' Deployments, pods
 (``inference.modelpool.dev/inferenceservice`` label) and EndpointSlices
 (``kubernetes.io/service-name``), and pool Leases (selected by their
 ``inference.modelpool.dev/pool`` label). Two timed requeues are backstops for what no watch
