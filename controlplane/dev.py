@@ -1,5 +1,9 @@
 """Running the system locally: the operator under its own ServiceAccount, and the node stand-in.
 
+*Why one module of this size:* the processes (operator, stand-in, router-proxy) and the two
+scripts that run them (demo, dev) share their start, readiness and stop; the demo's steps are most
+of it.
+
 Used by ``controlplane demo``, ``controlplane dev`` and the e2e tests, so all run the operator the
 way a cluster would: a separate process (``controlplane operator``) authenticated by a TokenRequest
 token of ``modelpool-system/modelpool-operator`` and allowed only what the generated RBAC

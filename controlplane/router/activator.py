@@ -1,5 +1,9 @@
 """The activator: hold a cross-model request, coalesce, drive one swap per pool, answer in budget.
 
+*Why one module of this size:* the hold, the turn, the claim, the renewal, the linger and the
+finish are one state machine over one :class:`Swap`; split, each piece would need the others'
+private state to be read.
+
 docs/router.md ("The activator"). A request for a pool member that is not
 ready is *held* (never refused with 429) for at most the pool's ``swapBudget``. Every held request
 for the same target joins one :class:`Swap` on this replica, and its driver task

@@ -1,9 +1,13 @@
 """The framework's own asynchronous API client: plain dicts in and out, every request timed out.
 
+*Why one module of this size:* one class, :class:`KubeClient`, whose verbs share the request,
+timeout and error paths; nothing in it stands alone.
+
 The official client's typed models cost about 75 times more per watch event than decoding with a
-fast parser (``shared/notes/performance.md``), so requests and watch streams are made here over
-``httpx`` and decoded with ``msgspec`` into plain dicts. Only configuration and authentication come
-from the ``kubernetes`` package (see :mod:`controlplane.runtime.config`).
+fast parser (measured when the framework was designed; docs/framework.md), so requests and watch
+streams are made here over ``httpx`` and decoded with ``msgspec`` into plain dicts. Only
+configuration and authentication come from the ``kubernetes`` package (see
+:mod:`controlplane.runtime.config`).
 
 The client never retries on its own: whether a failed request may be repeated is the caller's
 decision (an informer relists, a preflight backs off with jitter, a writer re-reads on conflict).

@@ -1,5 +1,9 @@
 """The node stand-in's pure builders: what it reads from a Deployment's pods, and what it writes.
 
+*Why one module of this size:* every builder reads the same few fields of the operator's
+Deployments (labels, template hash, the server's arguments); most of its lines are tables of what a
+kubelet and the built-in controllers write.
+
 No I/O here: a pod for a Deployment (:func:`new_pod`), the status a kubelet reports for it
 (:func:`pod_status`), the status a deployment controller writes (:func:`deployment_status`), the
 EndpointSlices an endpoint controller writes (:func:`endpoint_slices`), and the command lines of

@@ -1,5 +1,8 @@
 """The node stand-in: plays kubelet, ReplicaSet, endpoint controllers and kube-proxy locally.
 
+*Why one module of this size:* a third of it is this account of which built-in component it plays
+and how; the reconciler itself is the rest.
+
 The local control plane has no kubelet, no scheduler, no kube-proxy and no deployment, ReplicaSet
 or endpoint controllers, so a member or router-proxy Deployment would never get a pod. This
 process plays all of them for the operator's Deployments (in every namespace, or one; which ones

@@ -1,5 +1,8 @@
 """What a pool controller does with one snapshot of its members, and what it reports.
 
+*Why one module of this size:* the plan, the status and the swap events read one snapshot and must
+agree on it; the table tests drive them together.
+
 Pure functions of what the caches and the idle probes say (no I/O), kept apart from the reconciler
 so every rule is unit-tested as a table (``tests/unit/test_modelpool_plan.py``):
 
