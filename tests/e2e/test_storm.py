@@ -633,8 +633,10 @@ def judge(outcome: Outcome, storm: Storm) -> str | None:
     if status == 200:
         wanted = model_of(outcome.member)
         wrong = sorted({m for m in outcome.answered_by if m != wanted})
-        if not outcome.answered_by or wrong:
-            return f"200 for {wanted} answered by {wrong or 'nobody'}"
+        if wrong:
+            return f"200 for {wanted} answered by {wrong}"
+        if not outcome.answered_by and not killed:  # killed: its body was cut after the 200
+            return f"200 for {wanted} answered by nobody"
         if kind == "stream" and not outcome.complete and not killed:
             return "a stream that ended without [DONE] (its replica was not killed)"
         return None
