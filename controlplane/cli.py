@@ -1,22 +1,20 @@
 """The ``controlplane`` console script: one entry point, one subcommand per process.
 
 Dispatch only: each subcommand's flags, settings and exit codes are in its package's
-``command.py`` (``add_arguments``, ``settings_from``, ``run``). ``demo`` and ``dev``, which start
-the whole local system, are still here until the local-run package lands.
+``command.py`` (``add_arguments``, ``settings_from``, ``run``); ``demo`` and ``dev``, which start
+the whole local system, are :mod:`controlplane.local.command`'s.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
 import os
-import shutil
-import subprocess
 import sys
 from collections.abc import Sequence
 
-from controlplane.envtest import ControlPlane, EnvtestError
+from controlplane.envtest import EnvtestError
+from controlplane.local import command as local_command
 from controlplane.operator import command as operator_command
 from controlplane.preflight import command as preflight_command
 from controlplane.router import command as router_command
@@ -25,55 +23,6 @@ from controlplane.sim import command as sim_command
 from controlplane.standin import command as sim_node_command
 
 log = logging.getLogger("controlplane")
-
-
-def _kubectl(plane: ControlPlane) -> str:
-    if plane.binaries.kubectl is not None:
-        return str(plane.binaries.kubectl)
-    found = shutil.which("kubectl")
-    if found is None:
-        raise EnvtestError("kubectl not found: run `make controlplane-bins`")
-    return found
-
-
-def _run_kubectl(plane: ControlPlane, *args: str, stdin: str | None = None) -> None:
-    argv = [_kubectl(plane), *args]
-    print(f"$ kubectl {' '.join(args)}", flush=True)
-    env = {**os.environ, "KUBECONFIG": str(plane.admin_kubeconfig)}
-    subprocess.run(argv, env=env, check=True, input=stdin, text=stdin is not None)
-
-
-def _start_plane() -> ControlPlane:
-    print("starting etcd, kube-apiserver and kube-controller-manager on loopback ...", flush=True)
-    plane = ControlPlane(with_controller_manager=True).start()
-    timings = ", ".join(f"{name} {secs:.1f} s" for name, secs in plane.startup_seconds.items())
-    print(f"control plane ready at {plane.server} ({timings})", flush=True)
-    return plane
-
-
-def cmd_demo(_: argparse.Namespace) -> int:
-    """Start the whole system locally, show it working, and stop it."""
-    from controlplane.dev import demo_inference_services
-
-    plane = _start_plane()
-    try:
-        _run_kubectl(plane, "version")
-        _run_kubectl(plane, "get", "namespaces")
-        demo_inference_services(
-            plane.admin_kubeconfig, functools.partial(_run_kubectl, plane), plane.workdir
-        )
-    finally:
-        plane.stop()
-    print("demo finished; everything it started has stopped", flush=True)
-    return 0
-
-
-def cmd_dev(_: argparse.Namespace) -> int:
-    """Run the control plane, the operator and the node stand-in until Ctrl-C or SIGTERM."""
-    from controlplane.dev import run_dev
-
-    plane = _start_plane()
-    return run_dev(plane, functools.partial(_run_kubectl, plane))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,8 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="json: one object per line with trace and span ids ($LOG_FORMAT)",
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("demo", help=cmd_demo.__doc__).set_defaults(run=cmd_demo)
-    commands.add_parser("dev", help=cmd_dev.__doc__).set_defaults(run=cmd_dev)
+    for name, run in (("demo", local_command.run_demo), ("dev", local_command.run_dev)):
+        local = commands.add_parser(name, help=run.__doc__)
+        local_command.add_arguments(local)
+        local.set_defaults(run=run)
     operator = commands.add_parser("operator", help=operator_command.run.__doc__)
     operator_command.add_arguments(operator)
     operator.set_defaults(run=operator_command.run)

@@ -2,7 +2,7 @@
 
 A kubelet mounts a pod's ServiceAccount token (a TokenRequest it makes as the node); the stand-in
 does the same as the admin it runs as, and hands the token to the process in a kubeconfig, since
-a local process has no ``/var/run/secrets``. Also used by :mod:`controlplane.dev` for the
+a local process has no ``/var/run/secrets``. Also used by :mod:`controlplane.local.system` for the
 operator's and the demo proxy's identities.
 """
 

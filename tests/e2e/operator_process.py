@@ -1,6 +1,6 @@
 """The operator and the node stand-in as separate processes, for e2e tests.
 
-The processes themselves are :mod:`controlplane.dev`'s (the demo runs the same ones): the operator
+The processes themselves are :mod:`controlplane.local.system`'s (the demo runs the same ones): the operator
 as ``modelpool-system/modelpool-operator`` through a TokenRequest token, bound only by the
 generated RBAC manifests; the node stand-in as the admin. :func:`stopped_at_exit` stops every
 process a test started, and prints the end of its output, even when the test fails.
@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from controlplane.dev import (
+from controlplane.local.system import (
     LocalProcess,
     NodeStandInProcess,
     OperatorProcess,

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE
-from controlplane.dev import kubeconfig_for_token
+from controlplane.local.system import kubeconfig_for_token
 from controlplane.preflight import EXIT_DENIED
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import NotFound

@@ -22,7 +22,7 @@ import pytest
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.api.v1alpha1.activation import pool_lease_name
 from controlplane.controllers.rbac import ROUTER_PROXY_RULES
-from controlplane.dev import RouterProxyProcess, kubeconfig_for_token
+from controlplane.local.system import RouterProxyProcess, kubeconfig_for_token
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import LEASES, ROLE_BINDINGS, ROLES, SERVICE_ACCOUNTS

@@ -76,7 +76,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.api.v1alpha1.activation import pool_lease_name, read_activation
 from controlplane.controllers.modelrouter import activation_name, proxy_name
-from controlplane.dev import RouterProxyProcess, kubeconfig_for_token
+from controlplane.local.system import RouterProxyProcess, kubeconfig_for_token
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.errors import KubeError, NotFound

@@ -218,7 +218,7 @@ class RouterProxyProcess(LocalProcess):
 # -- the demo ------------------------------------------------------------------------------------
 
 #: The repository's manifests (the package is installed editable from the repository).
-MANIFESTS: Final = Path(__file__).resolve().parents[1] / "manifests"
+MANIFESTS: Final = Path(__file__).resolve().parents[2] / "manifests"
 DEMO_NAMESPACE: Final = "default"
 DEMO_READY_TIMEOUT: Final = 120.0
 #: The served-and-running sample and the one kept at zero replicas.
