@@ -1,8 +1,8 @@
 """The operator and the node stand-in as separate processes, for e2e tests.
 
-The processes themselves are :mod:`controlplane.local.system`'s (the demo runs the same ones): the operator
-as ``modelpool-system/modelpool-operator`` through a TokenRequest token, bound only by the
-generated RBAC manifests; the node stand-in as the admin. :func:`stopped_at_exit` stops every
+The processes themselves are :mod:`controlplane.local.system`'s (the demo runs the same ones):
+the operator as ``modelpool-system/modelpool-operator`` through a TokenRequest token, bound only
+by the generated RBAC manifests; the node stand-in as the admin. :func:`stopped_at_exit` stops every
 process a test started, and prints the end of its output, even when the test fails.
 
 A node stand-in started for a namespace (:func:`start_node`) comes with the pool invariant monitor
