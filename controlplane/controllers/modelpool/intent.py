@@ -40,11 +40,13 @@ Clock = Callable[[], float]
 
 @dataclass(frozen=True, slots=True)
 class Intent:
-    """A valid request for ``target`` by ``holder``, good for ``expires_in`` more seconds."""
+    """A valid request for ``target`` by ``holder``, good for ``expires_in`` more seconds;
+    ``traceparent`` is the trace context of the swap that asks (None: not traced)."""
 
     holder: str
     target: str
     expires_in: float
+    traceparent: str | None = None
 
 
 class LeaseObserver:
@@ -66,7 +68,12 @@ class LeaseObserver:
         left = self.expiry.remaining(lease)
         if not activation.requested or activation.target is None or left < 0:
             return None
-        return Intent(holder=activation.holder, target=activation.target, expires_in=left)
+        return Intent(
+            holder=activation.holder,
+            target=activation.target,
+            expires_in=left,
+            traceparent=activation.traceparent,
+        )
 
     # -- informer event handler ------------------------------------------------------------------
 
