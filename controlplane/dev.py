@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -66,7 +66,13 @@ class LocalProcess:
     """``python -m controlplane.cli ARGS`` with its output in ``log``; dies with its parent."""
 
     def __init__(
-        self, args: Sequence[str], log: Path, *, cwd: Path | None = None, name: str = ""
+        self,
+        args: Sequence[str],
+        log: Path,
+        *,
+        cwd: Path | None = None,
+        name: str = "",
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name or args[0]
         self.log = log
@@ -77,7 +83,7 @@ class LocalProcess:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=cwd,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
                 preexec_fn=die_with_parent,
             )
 
@@ -119,6 +125,7 @@ class OperatorProcess(LocalProcess):
         identity: str,
         *,
         cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.probe_port = free_port()
         self.metrics_port = free_port()
@@ -134,6 +141,7 @@ class OperatorProcess(LocalProcess):
             workdir / f"{identity}.log",
             cwd=cwd,
             name=identity,
+            env=env,
         )
 
     @property
@@ -159,6 +167,7 @@ class NodeStandInProcess(LocalProcess):
         token_seconds: float | None = None,
         router_proxies: bool = False,
         cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         args = [
             "sim-node",
@@ -172,7 +181,7 @@ class NodeStandInProcess(LocalProcess):
             args += ["--namespace", namespace]
         if router_proxies:
             args.append("--router-proxies")
-        super().__init__(args, workdir / "sim-node.log", cwd=cwd, name="sim-node")
+        super().__init__(args, workdir / "sim-node.log", cwd=cwd, name="sim-node", env=env)
 
     def router_addresses(self) -> dict[str, str]:
         """``{"NS/ROUTER": "http://127.0.0.1:PORT"}``: each router Service's local address, as
@@ -194,6 +203,7 @@ class RouterProxyProcess(LocalProcess):
         router: str = "router",
         cwd: Path | None = None,
         extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.port = free_port()
         self.identity = identity
@@ -204,7 +214,7 @@ class RouterProxyProcess(LocalProcess):
             "--preflight-cache-dir", str(workdir / f"preflight-{identity}"),
             *extra_args,
         ]  # fmt: skip
-        super().__init__(args, workdir / f"{identity}.log", cwd=cwd, name=identity)
+        super().__init__(args, workdir / f"{identity}.log", cwd=cwd, name=identity, env=env)
 
     @property
     def url(self) -> str:

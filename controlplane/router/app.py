@@ -56,7 +56,7 @@ from controlplane.router.errors import (
 )
 from controlplane.router.routing import Lookup, resolve, routing_table, validate_body
 from controlplane.router.routing import Route as BackendRoute
-from controlplane.runtime.metrics import REGISTRY
+from controlplane.runtime.metrics import REGISTRY, FilteredRegistry
 from controlplane.runtime.objects import ObjectView
 
 log = logging.getLogger(__name__)
@@ -85,11 +85,18 @@ class ProxyContext:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
 
+#: Families the proxy does not expose: it runs no controller and no leader election, but shares
+#: the framework's registry with what defines them.
+UNUSED_METRIC_PREFIXES = ("controller_runtime_", "leader_election_")
+
+
 class _MetricsEndpoint:
-    """Prometheus' ASGI app as a class, so starlette passes the raw ASGI call through."""
+    """Prometheus' ASGI app as a class, so starlette passes the raw ASGI call through; serves
+    the framework's registry without :data:`UNUSED_METRIC_PREFIXES`."""
 
     def __init__(self) -> None:
-        self._app = make_asgi_app(registry=REGISTRY)
+        view = FilteredRegistry(REGISTRY, UNUSED_METRIC_PREFIXES)
+        self._app = make_asgi_app(registry=view)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._app(scope, receive, send)

@@ -191,5 +191,6 @@ async def test_a_reconciler_may_name_the_trace_a_reconcile_belongs_to(
     by_key = {dict(s.attributes or {})["key"]: s for s in spans.get_finished_spans()}
     child, root = by_key["ns/a"], by_key["ns/b"]
     assert format(child.context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
-    assert child.parent is not None and format(child.parent.span_id, "016x") == "b7ad6b7169203331"
+    assert child.parent is not None
+    assert format(child.parent.span_id, "016x") == "b7ad6b7169203331"
     assert root.parent is None
