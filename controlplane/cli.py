@@ -76,31 +76,47 @@ def cmd_dev(_: argparse.Namespace) -> int:
     return run_dev(plane, functools.partial(_run_kubectl, plane))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="controlplane", description=__doc__)
-    parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
-    parser.add_argument(
+def _logging_options(defaults: bool) -> argparse.ArgumentParser:
+    """``--log-level`` and ``--log-format``, accepted before the subcommand *and* after it
+    (``controlplane operator --log-format json``, as a Deployment's args put it). The
+    subcommands' copies default to ``SUPPRESS``, so one given before the subcommand is not
+    overwritten by a default after it."""
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument(
+        "--log-level",
+        default=os.environ.get("LOG_LEVEL", "INFO") if defaults else argparse.SUPPRESS,
+        help="DEBUG, INFO, WARNING, ERROR ($LOG_LEVEL)",
+    )
+    options.add_argument(
         "--log-format",
         choices=("text", "json"),
-        default=os.environ.get("LOG_FORMAT", "text"),
+        default=os.environ.get("LOG_FORMAT", "text") if defaults else argparse.SUPPRESS,
         help="json: one object per line with trace and span ids ($LOG_FORMAT)",
     )
+    return options
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="controlplane", description=__doc__, parents=[_logging_options(True)]
+    )
+    after = [_logging_options(False)]
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("demo", help=cmd_demo.__doc__).set_defaults(run=cmd_demo)
-    commands.add_parser("dev", help=cmd_dev.__doc__).set_defaults(run=cmd_dev)
-    operator = commands.add_parser("operator", help=operator_command.run.__doc__)
+    commands.add_parser("demo", help=cmd_demo.__doc__, parents=after).set_defaults(run=cmd_demo)
+    commands.add_parser("dev", help=cmd_dev.__doc__, parents=after).set_defaults(run=cmd_dev)
+    operator = commands.add_parser("operator", help=operator_command.run.__doc__, parents=after)
     operator_command.add_arguments(operator)
     operator.set_defaults(run=operator_command.run)
-    preflight = commands.add_parser("preflight", help=preflight_command.run.__doc__)
+    preflight = commands.add_parser("preflight", help=preflight_command.run.__doc__, parents=after)
     preflight_command.add_arguments(preflight)
     preflight.set_defaults(run=preflight_command.run)
-    router = commands.add_parser("router-proxy", help=router_command.run.__doc__)
+    router = commands.add_parser("router-proxy", help=router_command.run.__doc__, parents=after)
     router_command.add_arguments(router)
     router.set_defaults(run=router_command.run)
-    sim = commands.add_parser("sim", help=sim_command.run.__doc__)
+    sim = commands.add_parser("sim", help=sim_command.run.__doc__, parents=after)
     sim_command.add_arguments(sim)
     sim.set_defaults(run=sim_command.run)
-    sim_node = commands.add_parser("sim-node", help=sim_node_command.run.__doc__)
+    sim_node = commands.add_parser("sim-node", help=sim_node_command.run.__doc__, parents=after)
     sim_node_command.add_arguments(sim_node)
     sim_node.set_defaults(run=sim_node_command.run)
     return parser

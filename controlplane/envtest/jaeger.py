@@ -198,6 +198,7 @@ class WaterfallRow:
     depth: int
     span_id: str
     tags: Mapping[str, Any]
+    parent_id: str | None = None
 
 
 def waterfall(trace: Mapping[str, Any]) -> list[WaterfallRow]:
@@ -220,7 +221,7 @@ def waterfall(trace: Mapping[str, Any]) -> list[WaterfallRow]:
     origin = min(int(s["startTime"]) for s in spans)
     rows: list[WaterfallRow] = []
 
-    def visit(span: Mapping[str, Any], depth: int) -> None:
+    def visit(span: Mapping[str, Any], depth: int, parent: str | None) -> None:
         process = processes.get(str(span.get("processID"))) or {}
         tags = {str(t["key"]): t.get("value") for t in span.get("tags") or []}
         rows.append(
@@ -232,14 +233,42 @@ def waterfall(trace: Mapping[str, Any]) -> list[WaterfallRow]:
                 depth=depth,
                 span_id=str(span["spanID"]),
                 tags=tags,
+                parent_id=parent,
             )
         )
         for child in sorted(children.get(str(span["spanID"]), []), key=_start):
-            visit(child, depth + 1)
+            visit(child, depth + 1, str(span["spanID"]))
 
     for root in sorted(children.get(None, []), key=_start):
-        visit(root, 0)
+        visit(root, 0, None)
     return rows
+
+
+#: Spans that are only worth showing when something happened under them.
+_BUSY_WORK: Final = ("slots probe", "scale")
+
+
+def compact(rows: Sequence[WaterfallRow]) -> tuple[list[WaterfallRow], int]:
+    """``rows`` without the reconciles that changed nothing (no probe, no write under them):
+    a swap wakes the controller on every watch event, and those reconciles only say "still
+    waiting", which the phase spans say once. Returns the rows kept and how many were folded."""
+    below: dict[str, list[WaterfallRow]] = {}
+    for row in rows:
+        if row.parent_id is not None:
+            below.setdefault(row.parent_id, []).append(row)
+
+    def busy(row: WaterfallRow) -> bool:
+        return row.name in _BUSY_WORK or any(busy(child) for child in below.get(row.span_id, []))
+
+    idle = {r.span_id for r in rows if r.name == "reconcile" and not busy(r)}
+    dropped: set[str] = set(idle)
+    kept = []
+    for row in rows:  # parents come before their children
+        if row.span_id in dropped or row.parent_id in dropped:
+            dropped.add(row.span_id)
+            continue
+        kept.append(row)
+    return kept, len(idle)
 
 
 def _start(span: Mapping[str, Any]) -> int:
@@ -248,6 +277,16 @@ def _start(span: Mapping[str, Any]) -> int:
 
 #: Spans a terminal waterfall leaves out unless asked: the API calls under everything.
 NOISE_PREFIXES: Final = ("kube ",)
+
+
+def note(row: WaterfallRow) -> str:
+    """The few attributes that say what a span did: the member, a write's replicas, an outcome."""
+    tags = row.tags
+    member = tags.get("modelpool.member")
+    if row.name == "scale":
+        return f"{member} -> {tags.get('modelpool.replicas')}"
+    parts = [str(v) for v in (member, tags.get("modelpool.outcome")) if v not in (None, "")]
+    return ": ".join(parts)
 
 
 def render_waterfall(
@@ -259,6 +298,7 @@ def render_waterfall(
         return "(no spans)"
     total = max(r.start_us + r.duration_us for r in shown) or 1
     lines = [f"{'service':<24} {'span':<34} {'start':>9} {'duration':>9}  timeline"]
+    bar_width = width + 2
     for row in shown:
         begin = row.start_us * width // total
         length = max(1, row.duration_us * width // total)
@@ -266,6 +306,7 @@ def render_waterfall(
         name = ("  " * row.depth + row.name)[:34]
         lines.append(
             f"{row.service[:24]:<24} {name:<34} {row.start_us / 1e6:>8.3f}s "
-            f"{row.duration_us / 1e6:>8.3f}s  |{bar:<{width}}|"
+            f"{row.duration_us / 1e6:>8.3f}s  {'|' + f'{bar:<{width}}' + '|':<{bar_width}} "
+            f"{note(row)}".rstrip()
         )
     return "\n".join(lines)
