@@ -5,8 +5,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 # The control-plane binaries live outside the repository, in a cache keyed by version.
 ASSETS = $(shell hack/build-controlplane.sh 2>/dev/null | tail -n 1)
+# The Jaeger all-in-one (the e2e tier's trace backend), cached by version the same way.
+JAEGER = $(shell hack/build-jaeger.sh 2>/dev/null | tail -n 1)
 
-.PHONY: help venv controlplane-bins test test-unit test-e2e lint demo dev clean bench manifests check-rbac
+.PHONY: help venv controlplane-bins jaeger-bin test test-unit test-e2e lint demo dev clean bench manifests check-rbac
 
 help:
 	@echo "make demo               run the whole system locally and show it working"
@@ -18,6 +20,7 @@ help:
 	@echo "make manifests          regenerate manifests/crd and manifests/rbac from the code"
 	@echo "make check-rbac         prove the RBAC manifests are enough for the code, and no more"
 	@echo "make controlplane-bins  build kube-apiserver, kube-controller-manager, kubectl, etcd"
+	@echo "make jaeger-bin         build the Jaeger all-in-one (traces for test-e2e, demo, dev)"
 	@echo "make bench              controller benchmark: ours vs kopf vs controller-runtime"
 
 $(BIN)/controlplane: pyproject.toml
@@ -31,13 +34,16 @@ venv: $(BIN)/controlplane
 controlplane-bins:
 	hack/build-controlplane.sh
 
+jaeger-bin:
+	hack/build-jaeger.sh
+
 test: test-unit test-e2e
 
 test-unit: venv
 	$(BIN)/pytest tests/unit
 
-test-e2e: venv controlplane-bins
-	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+test-e2e: venv controlplane-bins jaeger-bin
+	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" $(BIN)/pytest tests/e2e $(PYTEST_ARGS)
 
 manifests: venv
 	hack/gen-manifests
@@ -51,11 +57,12 @@ lint: venv check-rbac
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-demo: venv controlplane-bins
-	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/controlplane demo
+# demo and dev export their traces to Jaeger (built on first use; without it they run untraced).
+demo: venv controlplane-bins jaeger-bin
+	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" $(BIN)/controlplane demo
 
-dev: venv controlplane-bins
-	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/controlplane dev
+dev: venv controlplane-bins jaeger-bin
+	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" $(BIN)/controlplane dev
 
 # The comparative controller benchmark (bench/README.md); BENCH_ARGS adds options.
 bench: venv controlplane-bins

@@ -25,33 +25,49 @@ from controlplane.standin import command as sim_node_command
 log = logging.getLogger("controlplane")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="controlplane", description=__doc__)
-    parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
-    parser.add_argument(
+def _logging_options(defaults: bool) -> argparse.ArgumentParser:
+    """``--log-level`` and ``--log-format``, accepted before the subcommand *and* after it
+    (``controlplane operator --log-format json``, as a Deployment's args put it). The
+    subcommands' copies default to ``SUPPRESS``, so one given before the subcommand is not
+    overwritten by a default after it."""
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument(
+        "--log-level",
+        default=os.environ.get("LOG_LEVEL", "INFO") if defaults else argparse.SUPPRESS,
+        help="DEBUG, INFO, WARNING, ERROR ($LOG_LEVEL)",
+    )
+    options.add_argument(
         "--log-format",
         choices=("text", "json"),
-        default=os.environ.get("LOG_FORMAT", "text"),
+        default=os.environ.get("LOG_FORMAT", "text") if defaults else argparse.SUPPRESS,
         help="json: one object per line with trace and span ids ($LOG_FORMAT)",
     )
+    return options
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="controlplane", description=__doc__, parents=[_logging_options(True)]
+    )
+    after = [_logging_options(False)]
     commands = parser.add_subparsers(dest="command", required=True)
     for name, run in (("demo", local_command.run_demo), ("dev", local_command.run_dev)):
-        local = commands.add_parser(name, help=run.__doc__)
+        local = commands.add_parser(name, help=run.__doc__, parents=after)
         local_command.add_arguments(local)
         local.set_defaults(run=run)
-    operator = commands.add_parser("operator", help=operator_command.run.__doc__)
+    operator = commands.add_parser("operator", help=operator_command.run.__doc__, parents=after)
     operator_command.add_arguments(operator)
     operator.set_defaults(run=operator_command.run)
-    preflight = commands.add_parser("preflight", help=preflight_command.run.__doc__)
+    preflight = commands.add_parser("preflight", help=preflight_command.run.__doc__, parents=after)
     preflight_command.add_arguments(preflight)
     preflight.set_defaults(run=preflight_command.run)
-    router = commands.add_parser("router-proxy", help=router_command.run.__doc__)
+    router = commands.add_parser("router-proxy", help=router_command.run.__doc__, parents=after)
     router_command.add_arguments(router)
     router.set_defaults(run=router_command.run)
-    sim = commands.add_parser("sim", help=sim_command.run.__doc__)
+    sim = commands.add_parser("sim", help=sim_command.run.__doc__, parents=after)
     sim_command.add_arguments(sim)
     sim.set_defaults(run=sim_command.run)
-    sim_node = commands.add_parser("sim-node", help=sim_node_command.run.__doc__)
+    sim_node = commands.add_parser("sim-node", help=sim_node_command.run.__doc__, parents=after)
     sim_node_command.add_arguments(sim_node)
     sim_node.set_defaults(run=sim_node_command.run)
     return parser

@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from controlplane.envtest.errors import EnvtestError, PortInUseError, ProcessFailedError
@@ -62,10 +62,18 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 class ManagedProcess:
     """A named child process whose stdout and stderr go to ``log_path``."""
 
-    def __init__(self, name: str, argv: Sequence[str], log_path: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
+        #: Added to the parent's environment.
+        self.env = dict(env or {})
         self._popen: subprocess.Popen[bytes] | None = None
 
     @property
@@ -79,6 +87,7 @@ class ManagedProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env} if self.env else None,
                 preexec_fn=_die_with_parent,
             )
 

@@ -14,6 +14,12 @@ router's ServiceAccount, and logs each router's local address, which ``dev`` pri
 
 Every process started here dies with its parent (``PR_SET_PDEATHSIG``) and is stopped with
 SIGTERM, then SIGKILL after a grace period.
+
+**Traces.** When the Jaeger all-in-one is built (``hack/build-jaeger.sh``, which ``make demo`` and
+``make dev`` run), :func:`trace_backend` starts it on loopback and every process gets the
+``OTEL_*`` variables that export to it: the demo then prints its swap's trace as a waterfall, and
+``dev`` leaves it running and prints where to query it. Without the binary both run as before,
+untraced, and say how to get it.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -28,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -37,7 +44,8 @@ import httpx
 import yaml
 
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT
-from controlplane.envtest import ControlPlane
+from controlplane.envtest import BinaryNotFoundError, ControlPlane, EnvtestError
+from controlplane.envtest.jaeger import JaegerBackend, compact, render_waterfall, waterfall
 from controlplane.envtest.process import free_port
 from controlplane.runtime.client import KubeClient
 from controlplane.standin.process import die_with_parent
@@ -70,7 +78,13 @@ class LocalProcess:
     """``python -m controlplane.cli ARGS`` with its output in ``log``; dies with its parent."""
 
     def __init__(
-        self, args: Sequence[str], log: Path, *, cwd: Path | None = None, name: str = ""
+        self,
+        args: Sequence[str],
+        log: Path,
+        *,
+        cwd: Path | None = None,
+        name: str = "",
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name or args[0]
         self.log = log
@@ -81,7 +95,7 @@ class LocalProcess:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=cwd,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
                 preexec_fn=die_with_parent,
             )
 
@@ -123,6 +137,7 @@ class OperatorProcess(LocalProcess):
         identity: str,
         *,
         cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.probe_port = free_port()
         self.metrics_port = free_port()
@@ -138,6 +153,7 @@ class OperatorProcess(LocalProcess):
             workdir / f"{identity}.log",
             cwd=cwd,
             name=identity,
+            env=env,
         )
 
     @property
@@ -163,6 +179,7 @@ class NodeStandInProcess(LocalProcess):
         token_seconds: float | None = None,
         router_proxies: bool = False,
         cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         args = [
             "sim-node",
@@ -176,7 +193,7 @@ class NodeStandInProcess(LocalProcess):
             args += ["--namespace", namespace]
         if router_proxies:
             args.append("--router-proxies")
-        super().__init__(args, workdir / "sim-node.log", cwd=cwd, name="sim-node")
+        super().__init__(args, workdir / "sim-node.log", cwd=cwd, name="sim-node", env=env)
 
     def router_addresses(self) -> dict[str, str]:
         """``{"NS/ROUTER": "http://127.0.0.1:PORT"}``: each router Service's local address, as
@@ -198,6 +215,7 @@ class RouterProxyProcess(LocalProcess):
         router: str = "router",
         cwd: Path | None = None,
         extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.port = free_port()
         self.identity = identity
@@ -208,7 +226,7 @@ class RouterProxyProcess(LocalProcess):
             "--preflight-cache-dir", str(workdir / f"preflight-{identity}"),
             *extra_args,
         ]  # fmt: skip
-        super().__init__(args, workdir / f"{identity}.log", cwd=cwd, name=identity)
+        super().__init__(args, workdir / f"{identity}.log", cwd=cwd, name=identity, env=env)
 
     @property
     def url(self) -> str:
@@ -241,12 +259,43 @@ class Kubectl(Protocol):
 
 
 @contextlib.contextmanager
+def trace_backend(workdir: Path) -> Iterator[JaegerBackend | None]:
+    """Jaeger on loopback while the block runs, or None (with a note) when it is not built."""
+    try:
+        backend = JaegerBackend(workdir / "jaeger")
+    except BinaryNotFoundError as err:
+        print(f"tracing off: {err}", flush=True)
+        yield None
+        return
+    try:
+        backend.start()
+    except EnvtestError as err:
+        print(f"tracing off: Jaeger did not start: {err}", flush=True)
+        yield None
+        return
+    print(
+        f"Jaeger (traces): query API and UI at {backend.query_url}, OTLP at "
+        f"{backend.otlp_endpoint}",
+        flush=True,
+    )
+    try:
+        yield backend
+    finally:
+        backend.stop()
+
+
+@contextlib.contextmanager
 def local_system(
-    admin_kubeconfig: Path, kubectl: Kubectl, workdir: Path
+    admin_kubeconfig: Path,
+    kubectl: Kubectl,
+    workdir: Path,
+    jaeger: JaegerBackend | None = None,
 ) -> Iterator[NodeStandInProcess]:
     """Install ``manifests/default``, run the operator under its ServiceAccount and the node
     stand-in (members and router-proxies) until the block ends; on failure show the end of
-    their logs. Every log goes to ``workdir``."""
+    their logs. Every log goes to ``workdir``. With ``jaeger`` every process exports spans
+    to it (the stand-in passes its environment on to the proxies it plays)."""
+    env = jaeger.otlp_env() if jaeger is not None else None
     from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 
     kubectl("apply", "-k", str(MANIFESTS / "default"))
@@ -258,8 +307,10 @@ def local_system(
     kubeconfig = anyio.run(_operator_kubeconfig, admin_kubeconfig, workdir)
     account = f"{OPERATOR_NAMESPACE}/{OPERATOR_SERVICE_ACCOUNT}"
     print(f"starting the operator as ServiceAccount {account}, and the node stand-in", flush=True)
-    operator = OperatorProcess(kubeconfig, workdir, "modelpool-operator", "operator-local")
-    node = NodeStandInProcess(admin_kubeconfig, workdir, load_seconds=2.0, router_proxies=True)
+    operator = OperatorProcess(kubeconfig, workdir, "modelpool-operator", "operator-local", env=env)
+    node = NodeStandInProcess(
+        admin_kubeconfig, workdir, load_seconds=2.0, router_proxies=True, env=env
+    )
     try:
         _wait_for_log(node, NODE_STARTED, "the node stand-in to start")
         _wait_ready(operator)
@@ -275,8 +326,12 @@ def local_system(
 
 
 def demo_inference_services(admin_kubeconfig: Path, kubectl: Kubectl, workdir: Path) -> None:
-    """Run the system, serve one sample, ask it something, then show one swap (below)."""
-    with local_system(admin_kubeconfig, kubectl, workdir) as node:
+    """Run the system, serve one sample, ask it something, then show one swap (below) and,
+    when Jaeger is built, its trace."""
+    with (
+        trace_backend(workdir) as jaeger,
+        local_system(admin_kubeconfig, kubectl, workdir, jaeger) as node,
+    ):
         active = yaml.safe_load((MANIFESTS / "samples" / DEMO_ACTIVE).read_text())
         parked = yaml.safe_load((MANIFESTS / "samples" / DEMO_PARKED).read_text())
         parked["spec"]["replicas"] = 0
@@ -291,10 +346,15 @@ def demo_inference_services(admin_kubeconfig: Path, kubectl: Kubectl, workdir: P
         model = str(active["spec"]["model"]["name"])
         url, answer = anyio.run(_ask, admin_kubeconfig, name, model)
         print(f"POST {url}/v1/chat/completions (model {model}):\n  {answer}", flush=True)
-        demo_model_pool(admin_kubeconfig, kubectl, node)
+        demo_model_pool(admin_kubeconfig, kubectl, node, jaeger)
 
 
-def demo_model_pool(admin_kubeconfig: Path, kubectl: Kubectl, node: NodeStandInProcess) -> None:
+def demo_model_pool(
+    admin_kubeconfig: Path,
+    kubectl: Kubectl,
+    node: NodeStandInProcess,
+    jaeger: JaegerBackend | None = None,
+) -> None:
     """Apply the sample pool and router; the stand-in runs the router's proxy replicas as the
     router's own ServiceAccount. Ask the router's local address for the parked model: a proxy
     holds the request, takes the pool's Lease, the pool controller drains the resident and
@@ -310,8 +370,40 @@ def demo_model_pool(admin_kubeconfig: Path, kubectl: Kubectl, node: NodeStandInP
     kubectl("get", "-n", DEMO_NAMESPACE, "mpool,isvc,mr,pods,serviceaccount,role,rolebinding")
     url = wait_router_address(node, f"{DEMO_NAMESPACE}/{router_name}")
     print(f"router {DEMO_NAMESPACE}/{router_name} answers at {url}", flush=True)
-    anyio.run(_swap_through_the_router, admin_kubeconfig, kubectl, url, pool)
+    trace_id = secrets.token_hex(16)
+    anyio.run(_swap_through_the_router, admin_kubeconfig, kubectl, url, pool, trace_id)
     kubectl("get", "-n", DEMO_NAMESPACE, "mpool,isvc")
+    if jaeger is not None:
+        show_trace(jaeger, trace_id)
+
+
+#: The services a demo swap's trace is complete with.
+TRACED_SERVICES: Final = frozenset({"modelpool-router-proxy", "modelpool-operator"})
+
+
+def show_trace(jaeger: JaegerBackend, trace_id: str, timeout: float = 30.0) -> None:
+    """Print the swap's trace as a waterfall once both services' spans have arrived (they are
+    exported in batches a moment after they end)."""
+    deadline = time.monotonic() + timeout
+    trace = None
+    while time.monotonic() < deadline:
+        trace = jaeger.trace(trace_id)
+        names = {s["operationName"] for s in (trace or {}).get("spans") or []}
+        services = {p["serviceName"] for p in ((trace or {}).get("processes") or {}).values()}
+        if services >= TRACED_SERVICES and {"owner up", "forward"} <= names:
+            break
+        time.sleep(0.5)
+    if trace is None:
+        print(f"no trace {trace_id} in Jaeger at {jaeger.query_url}", flush=True)
+        return
+    rows, folded = compact(waterfall(trace))
+    print(
+        f"-- the swap's trace {trace_id} ({jaeger.query_url}/api/traces/{trace_id}):\n"
+        f"{render_waterfall(rows)}\n"
+        f"  ({folded} reconciles that only found the swap still under way are not shown; "
+        "the kube API calls neither)",
+        flush=True,
+    )
 
 
 def wait_router_address(node: NodeStandInProcess, router: str, timeout: float = 60.0) -> str:
@@ -325,7 +417,7 @@ def wait_router_address(node: NodeStandInProcess, router: str, timeout: float = 
 
 
 async def _swap_through_the_router(
-    admin_kubeconfig: Path, kubectl: Kubectl, url: str, pool: dict[str, Any]
+    admin_kubeconfig: Path, kubectl: Kubectl, url: str, pool: dict[str, Any], trace_id: str
 ) -> None:
     from controlplane.api.v1alpha1 import InferenceService, ModelPool
     from controlplane.runtime.config import ClientConfig
@@ -370,14 +462,20 @@ async def _swap_through_the_router(
             "model": model,
             "messages": [{"role": "user", "content": "hello via the proxy"}],
         }
-        print(f"POST {url}/v1/chat/completions (model {model}) ...", flush=True)
+        traceparent = f"00-{trace_id}-{secrets.token_hex(8)}-01"
+        print(
+            f"POST {url}/v1/chat/completions (model {model}, traceparent {traceparent}) ...",
+            flush=True,
+        )
         with anyio.fail_after(DEMO_READY_TIMEOUT):
             async with (
                 anyio.create_task_group() as group,
                 httpx.AsyncClient(timeout=DEMO_READY_TIMEOUT) as http,
             ):
                 group.start_soon(show_progress)
-                response = await http.post(f"{url}/v1/chat/completions", json=body)
+                response = await http.post(
+                    f"{url}/v1/chat/completions", json=body, headers={"traceparent": traceparent}
+                )
         response.raise_for_status()
         answer = response.json()["choices"][0]["message"]["content"]
         print(f"  answered by {response.json().get('model')}: {answer}", flush=True)
@@ -465,7 +563,10 @@ def run_dev(plane: ControlPlane, kubectl: Kubectl) -> int:
         signal.signal(signum, lambda *_: stop.set())
     link = Path.cwd() / DEV_KUBECONFIG  # a stable path, so a second shell can use it
     try:
-        with local_system(plane.admin_kubeconfig, kubectl, logs) as node:
+        with (
+            trace_backend(logs) as jaeger,
+            local_system(plane.admin_kubeconfig, kubectl, logs, jaeger) as node,
+        ):
             shutil.copyfile(plane.admin_kubeconfig, link)
             link.chmod(0o600)
             print(
@@ -473,7 +574,14 @@ def run_dev(plane: ControlPlane, kubectl: Kubectl) -> int:
                 "  kubectl apply -f manifests/samples/   # InferenceServices, a pool, a router\n"
                 "  (the stand-in runs each router's proxy pods and prints where the router "
                 "answers)\n"
-                f"logs: {logs}\nCtrl-C stops it.",
+                f"logs: {logs}\n"
+                + (
+                    f"traces: Jaeger at {jaeger.query_url} (GET /api/traces/<trace id>; "
+                    f"/api/services), OTLP at {jaeger.otlp_endpoint}\n"
+                    if jaeger is not None
+                    else "traces: off (hack/build-jaeger.sh builds Jaeger)\n"
+                )
+                + "Ctrl-C stops it.",
                 flush=True,
             )
             shown: set[str] = set()

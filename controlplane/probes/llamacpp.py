@@ -11,7 +11,9 @@ slot says it is not processing**. Everything else is ``FAILED``, never idle:
 * a body that is not JSON, not an array, an empty array (a server has at least one slot), an
   element that is not an object, or a slot with neither field (or with a field of the wrong type).
 
-Each probe is an OpenTelemetry span ``slots_probe`` with the member, the URL and the outcome.
+Each probe is an OpenTelemetry span ``slots probe`` (kind CLIENT; ``url.full``,
+``http.request.method``, ``http.response.status_code``, the member, the outcome and what was seen),
+and its request carries the span's W3C ``traceparent``, so a traced member joins the trace.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, Final
 import anyio
 import httpx
 import msgspec
-from opentelemetry import trace
+from opentelemetry import propagate, trace
 
 from controlplane.probes.idle import IdleOutcome, IdleReport
 
@@ -115,18 +117,26 @@ class SlotsProbe:
 
     async def probe(self, base_url: str, *, member: str = "") -> IdleReport:
         url = base_url.rstrip("/") + SLOTS_PATH
+        attributes = {"http.request.method": "GET", "url.full": url, "modelpool.member": member}
         with tracer.start_as_current_span(
-            "slots_probe", attributes={"member": member, "url": url}
+            "slots probe", kind=trace.SpanKind.CLIENT, attributes=attributes
         ) as span:
-            report = await self._probe(url)
-            span.set_attribute("outcome", report.outcome.value)
-            span.set_attribute("detail", report.detail)
+            headers: dict[str, str] = {}
+            propagate.inject(headers)
+            report = await self._probe(url, headers, span)
+            span.set_attribute("modelpool.outcome", report.outcome.value)
+            span.set_attribute("modelpool.detail", report.detail)
+            if report.outcome is IdleOutcome.FAILED:
+                span.set_status(trace.StatusCode.ERROR, report.detail)
             return report
 
-    async def _probe(self, url: str) -> IdleReport:
+    async def _probe(self, url: str, headers: dict[str, str], span: trace.Span) -> IdleReport:
         with anyio.move_on_after(self.timeout):
             try:
-                async with self._client.stream("GET", url, timeout=self.timeout) as response:
+                async with self._client.stream(
+                    "GET", url, timeout=self.timeout, headers=headers
+                ) as response:
+                    span.set_attribute("http.response.status_code", response.status_code)
                     body = bytearray()
                     async for chunk in response.aiter_bytes():
                         body += chunk

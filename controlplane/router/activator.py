@@ -36,6 +36,12 @@ more slowly than ``swapBudget`` can still become resident. Only when nobody came
 abandoned: the holder scales its target back down (an optimistic write; a 409 is a
 ``MemberWriteConflict``, counted, and the write is re-decided from a fresh read) and releases.
 
+**Spans** (docs/router.md, "Tracing"): each held request is a ``hold`` span; the request that
+starts a swap is the parent of its ``swap`` span (the driver), under which the ``lease.claim``,
+``lease.renew`` and ``lease.release`` calls are; a request that joins a running swap links to that
+``swap`` span instead (its own trace stays its own). The claim writes the ``swap`` span's
+``traceparent`` onto the Lease, so the pool controller's reconciles for it are its children.
+
 Only the replica that held the Lease while the target became ready counts the swap in metrics.
 Nothing is dispatched on belief alone: readiness is read from the informer caches at the moment
 a request is dispatched (:meth:`Activator.ready_url`).
@@ -49,6 +55,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
+from opentelemetry import trace
 
 from controlplane.api.v1alpha1 import InferenceService
 from controlplane.api.v1alpha1.inferenceservice import PHASE_FAILED, PHASE_READY
@@ -70,8 +77,10 @@ from controlplane.router.retryafter import LINGER_GRACE_SECONDS, SwapHistory
 from controlplane.router.routing import Route, parse_duration
 from controlplane.runtime.errors import Conflict, KubeError, NotFound
 from controlplane.runtime.objects import ObjectView
+from controlplane.runtime.tracing import traceparent_of
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer("controlplane.router.activator")
 
 ISVC = InferenceService.resource()
 DEFAULT_BUDGET_SECONDS = parse_duration(DEFAULT_SWAP_BUDGET, 300.0)
@@ -142,6 +151,9 @@ class Swap:
     renew_sent_at: float = 0.0  # when the last renew attempt was sent
     renewed_ok_at: float = 0.0  # when the last successful claim or renew was sent
     linger_until: float = 0.0  # an unattended holder keeps going until then
+    #: The driver's span: child of the hold that started the swap, linked from those that joined.
+    span: trace.Span = trace.INVALID_SPAN
+    started_by: trace.Span | None = None  # the hold span current when the swap was started
 
 
 class Activator:
@@ -234,8 +246,26 @@ class Activator:
         return await self.hold(route.pool, route.member)
 
     async def hold(self, pool: str, member: str) -> str:
-        """Hold until ``member`` of ``pool`` is ready (within budget), joining its swap."""
+        """Hold until ``member`` of ``pool`` is ready (within budget), joining its swap: a span
+        ``hold`` whose outcome says how it ended."""
+        attributes = {
+            "k8s.namespace.name": self.namespace,
+            "modelpool.pool": pool,
+            "modelpool.member": member,
+        }
+        with tracer.start_as_current_span("hold", attributes=attributes) as span:
+            try:
+                url = await self._hold(pool, member, span)
+            except ProxyError as err:
+                span.set_attribute("modelpool.outcome", err.code)
+                span.set_status(trace.StatusCode.ERROR, err.message)
+                raise
+            span.set_attribute("modelpool.outcome", "ready")
+            return url
+
+    async def _hold(self, pool: str, member: str, span: trace.Span) -> str:
         swap = self._join(pool, member)  # raises ProxyStopping on a stopping replica
+        self._note_swap(span, swap)
         budget = self.budget(pool)
         started = self.clock()
         gauge = metrics.HELD_REQUESTS.labels(pool)
@@ -257,6 +287,7 @@ class Activator:
                     if swap.finished:  # ended without making it ready (e.g. readiness flickered)
                         swap.waiters -= 1
                         swap = self._join(pool, member)
+                        self._note_swap(span, swap)
                     await Notifier.wait(event, POLL_SECONDS)
             raise self._budget_elapsed(swap, budget)
         finally:
@@ -287,6 +318,13 @@ class Activator:
             retry_after=retry,
         )
 
+    @staticmethod
+    def _note_swap(span: trace.Span, swap: Swap) -> None:
+        """A hold that joined a swap it did not start links to that swap's span."""
+        if swap.started_by is not span and swap.span.get_span_context().is_valid:
+            span.add_link(swap.span.get_span_context(), {"modelpool.link": "joined_swap"})
+            span.set_attribute("modelpool.coalesced", True)
+
     def _join(self, pool: str, member: str) -> Swap:
         if self.stopping or self._group is None:
             raise ProxyStopping(f"this router-proxy replica is stopping; {member} was not started")
@@ -294,6 +332,17 @@ class Activator:
         swap = self.swaps.get(key)
         if swap is None or swap.finished:
             swap = Swap(pool, member, started_at=self.clock())
+            # A child of the current span (the hold that starts it); the driver task, started
+            # below, copies this context, so its Lease calls are children of the swap.
+            swap.span = tracer.start_span(
+                "swap",
+                attributes={
+                    "k8s.namespace.name": self.namespace,
+                    "modelpool.pool": pool,
+                    "modelpool.member": member,
+                },
+            )
+            swap.started_by = trace.get_current_span()
             self.swaps[key] = swap
             self._group.start_soon(self._drive, swap)
         swap.waiters += 1
@@ -315,6 +364,10 @@ class Activator:
         return None
 
     async def _drive(self, swap: Swap) -> None:
+        with trace.use_span(swap.span, end_on_exit=False):
+            await self._drive_swap(swap)
+
+    async def _drive_swap(self, swap: Swap) -> None:
         next_claim = 0.0
         try:
             while (outcome := self._end(swap)) is None:
@@ -361,7 +414,7 @@ class Activator:
     async def _claim(self, swap: Swap, resident: str) -> None:
         sent = self.clock()
         try:
-            claim = await self.coordinator.claim(swap.pool, swap.member)
+            claim = await self.coordinator.claim(swap.pool, swap.member, traceparent_of(swap.span))
         except LeaseUnavailable as err:
             log.warning("pool %s: claiming for %s failed: %s", swap.pool, swap.member, err.message)
             swap.lease_error = err
@@ -414,6 +467,11 @@ class Activator:
             was_ours = await self._release(swap)
             if was_ours and not swap.holding and swap.outcome in ("failed", "abandoned"):
                 await self.scale_down(pool, member)  # an unconfirmed claim that had landed
+        swap.span.set_attribute("modelpool.outcome", swap.outcome)
+        swap.span.set_attribute("modelpool.swap.from", swap.origin)
+        if swap.outcome not in ("ready", "pending"):
+            swap.span.set_status(trace.StatusCode.ERROR, swap.outcome)
+        swap.span.end()
         swap.holding = False
         swap.finished = True
         if self.swaps.get((pool, member)) is swap:

@@ -8,8 +8,14 @@ streamed back as it comes (SSE included), the member's in-flight count held unti
 closed. Every answer is one audit line and one ``modelpool_proxy_requests_total`` sample whose
 ``reason`` is the error code the proxy answered with, or ``upstream`` for the member's own answer.
 ``GET /v1/models`` lists the models, ``/healthz``, ``/readyz`` and ``/metrics`` serve probes and
-Prometheus. Each proxied request is a
-span whose W3C trace context is extracted from the request and injected into the upstream one.
+Prometheus.
+
+**Spans** (OpenTelemetry HTTP semantic conventions): each proxied request is a ``request``
+span (kind SERVER) started from the request's W3C ``traceparent``, with
+``http.request.method``, ``url.path``, ``http.response.status_code`` and the outcome reason
+(``modelpool.reason``, the audit reason); under it the activator's ``hold`` (only when the
+member was not ready) and the ``forward`` span (kind CLIENT: ``url.full``, the member, its
+status), whose context is injected into the member's request so the member's spans join too.
 
 Errors have one shape, ``{"error": {"message", "type", "code"}}`` with a string ``code``: the
 proxy's own (:mod:`controlplane.router.errors`), an unknown path (404 ``not_found``) or method
@@ -21,7 +27,6 @@ streams pass untouched.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -50,7 +55,8 @@ from controlplane.router.errors import (
     member_error_body,
 )
 from controlplane.router.routing import Lookup, resolve, routing_table, validate_body
-from controlplane.runtime.metrics import REGISTRY
+from controlplane.router.routing import Route as BackendRoute
+from controlplane.runtime.metrics import REGISTRY, FilteredRegistry
 from controlplane.runtime.objects import ObjectView
 
 log = logging.getLogger(__name__)
@@ -79,11 +85,18 @@ class ProxyContext:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
 
+#: Families the proxy does not expose: it runs no controller and no leader election, but shares
+#: the framework's registry with what defines them.
+UNUSED_METRIC_PREFIXES = ("controller_runtime_", "leader_election_")
+
+
 class _MetricsEndpoint:
-    """Prometheus' ASGI app as a class, so starlette passes the raw ASGI call through."""
+    """Prometheus' ASGI app as a class, so starlette passes the raw ASGI call through; serves
+    the framework's registry without :data:`UNUSED_METRIC_PREFIXES`."""
 
     def __init__(self) -> None:
-        self._app = make_asgi_app(registry=REGISTRY)
+        view = FilteredRegistry(REGISTRY, UNUSED_METRIC_PREFIXES)
+        self._app = make_asgi_app(registry=view)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._app(scope, receive, send)
@@ -103,6 +116,11 @@ def audit(model: str, status: int, reason: str, detail: str = "") -> None:
 
 def _error(err: ProxyError, model: str) -> Response:
     audit(model, err.status, err.code, err.message)
+    span = trace.get_current_span()
+    span.set_attribute("http.response.status_code", err.status)
+    span.set_attribute("modelpool.reason", err.code)
+    if err.status >= 500:
+        span.set_status(trace.StatusCode.ERROR, err.message)
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
 
 
@@ -161,6 +179,48 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 def build_app(context: ProxyContext, activator: Activator, http: httpx.AsyncClient) -> Starlette:
     async def proxy(request: Request) -> Response:
+        parent = propagate.extract(dict(request.headers))
+        attributes = {
+            "http.request.method": request.method,
+            "url.path": request.url.path,
+            "http.route": request.url.path,
+        }
+        with tracer.start_as_current_span(
+            "request", context=parent, kind=trace.SpanKind.SERVER, attributes=attributes
+        ):
+            return await proxied(request)
+
+    async def forward(
+        request: Request, route: BackendRoute, url: str, raw: bytes
+    ) -> httpx.Response:
+        """The member's response (streamed), in a ``forward`` span whose context it carries."""
+        full = url + request.url.path
+        attributes = {
+            "http.request.method": "POST",
+            "url.full": full,
+            "server.address": httpx.URL(url).host,
+            "modelpool.member": route.member,
+            "modelpool.pool": route.pool or "",
+        }
+        with tracer.start_as_current_span(
+            "forward", kind=trace.SpanKind.CLIENT, attributes=attributes
+        ) as span:
+            headers = {k: v for k, v in request.headers.items() if k in FORWARDED_REQUEST_HEADERS}
+            propagate.inject(headers)  # the member's request carries the forward span's context
+            try:
+                upstream = await http.send(
+                    http.build_request("POST", full, content=raw, headers=headers), stream=True
+                )
+            except httpx.HTTPError as err:
+                span.set_status(trace.StatusCode.ERROR, type(err).__name__)
+                raise UpstreamError(f"{route.member} at {url}: {err}") from err
+            span.set_attribute("http.response.status_code", upstream.status_code)
+            if upstream.status_code >= 500:
+                span.set_status(trace.StatusCode.ERROR, str(upstream.status_code))
+            return upstream
+
+    async def proxied(request: Request) -> Response:
+        span = trace.get_current_span()
         model = ""
         try:
             if reasons := context.not_ready():
@@ -173,36 +233,16 @@ def build_app(context: ProxyContext, activator: Activator, http: httpx.AsyncClie
             requested = body.get("model")
             route = resolve(requested, router, context.pools, context.isvcs)
             model = route.model
-            parent = propagate.extract(dict(request.headers))
-            with tracer.start_as_current_span(
-                "proxy_request",
-                context=parent,
-                kind=trace.SpanKind.SERVER,
-                attributes={"model": model, "member": route.member, "pool": route.pool or ""},
-            ) as span:
-                started = time.monotonic()
-                url = await activator.upstream(route)
-                span.set_attribute("upstream", url)
-                span.set_attribute("wait_seconds", time.monotonic() - started)
-                headers = {
-                    k: v for k, v in request.headers.items() if k in FORWARDED_REQUEST_HEADERS
-                }
-                propagate.inject(headers)
-                release = activator.inflight.track(route.member)
-                try:
-                    upstream = await http.send(
-                        http.build_request(
-                            "POST",
-                            url + request.url.path,
-                            content=raw,
-                            headers=headers,
-                        ),
-                        stream=True,
-                    )
-                except httpx.HTTPError as err:
-                    release()
-                    raise UpstreamError(f"{route.member} at {url}: {err}") from err
-                span.set_attribute("http.status_code", upstream.status_code)
+            span.set_attribute("modelpool.model", model)
+            span.set_attribute("modelpool.member", route.member)
+            span.set_attribute("modelpool.pool", route.pool or "")
+            url = await activator.upstream(route)
+            release = activator.inflight.track(route.member)
+            try:
+                upstream = await forward(request, route, url, raw)
+            except UpstreamError:
+                release()
+                raise
         except ProxyError as err:
             return _error(err, model or "-")
 
@@ -218,6 +258,8 @@ def build_app(context: ProxyContext, activator: Activator, http: httpx.AsyncClie
                 await close()
 
         audit(model, upstream.status_code, "upstream")
+        span.set_attribute("http.response.status_code", upstream.status_code)
+        span.set_attribute("modelpool.reason", "upstream")
         if _rewrites_error(upstream):
             try:
                 raw_error = await _read_error_body(upstream)

@@ -15,6 +15,10 @@ and only a claim by the same holder for the same target is "ours". So:
   the Lease is re-read and judged again. Every API call is bounded by :attr:`call_timeout`, below
   the renew interval, so one hung call cannot eat the Lease's lifetime.
 * A Lease of our name that is not a pool's (no :data:`POOL_LABEL`) is never written over.
+* A claim carries the swap's W3C ``traceparent`` onto the Lease
+  (:data:`~controlplane.api.v1alpha1.activation.TRACEPARENT_ANNOTATION`), so the pool controller's
+  spans for it join the request's trace. Each call is a span (``lease.claim``, ``lease.renew``,
+  ``lease.release``) whose ``modelpool.outcome`` says what it found.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 import anyio
+from opentelemetry import trace
 
 from controlplane.api.v1alpha1.activation import (
     POOL_LABEL,
@@ -46,6 +51,7 @@ from controlplane.runtime.objects import Object
 from controlplane.runtime.resources import LEASES, Resource
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer("controlplane.router.lease")
 
 #: How long a claim lasts without renewal; the holder renews every third of it.
 DEFAULT_LEASE_DURATION_SECONDS = 45
@@ -128,16 +134,43 @@ class LeaseCoordinator:
         self.expiry.observe(lease)
         return lease
 
-    async def claim(self, pool: str, target: str) -> Claim:
-        """Hold the Lease for ``target``, or say who holds it. Raises :class:`LeaseUnavailable`
-        when the API cannot be read or written (the write may have landed: see the activator)."""
+    def _span(self, name: str, pool: str, target: str) -> trace.Span:
+        return tracer.start_span(
+            name,
+            attributes={
+                "k8s.namespace.name": self.namespace,
+                "k8s.lease.name": pool_lease_name(pool),
+                "modelpool.pool": pool,
+                "modelpool.member": target,
+                "modelpool.holder": self.identity,
+            },
+        )
+
+    async def claim(self, pool: str, target: str, traceparent: str | None = None) -> Claim:
+        """Hold the Lease for ``target`` (recording ``traceparent``, the swap's trace context),
+        or say who holds it. Raises :class:`LeaseUnavailable` when the API cannot be read or
+        written (the write may have landed: see the activator)."""
+        span = self._span("lease.claim", pool, target)
+        with trace.use_span(span, end_on_exit=True):
+            try:
+                found = await self._claim(pool, target, traceparent)
+            except LeaseUnavailable as err:
+                span.set_attribute("modelpool.outcome", "lease_unavailable")
+                span.set_status(trace.StatusCode.ERROR, err.message)
+                raise
+            span.set_attribute("modelpool.outcome", "held" if found.held else "held_by_other")
+            if not found.held and found.holder:
+                span.set_attribute("modelpool.lease.holder", found.holder)
+            return found
+
+    async def _claim(self, pool: str, target: str, traceparent: str | None) -> Claim:
         try:
             for _ in range(CONFLICT_RETRIES):
                 lease = await self._read(pool)
                 try:
                     if lease is None:
                         body = new_pool_lease(
-                            self.namespace, pool, self.identity, target, self.duration
+                            self.namespace, pool, self.identity, target, self.duration, traceparent
                         )
                         self.expiry.observe(await self._call(self.client.create(LEASES, body)))
                         return Claim(True, self.identity, target)
@@ -148,7 +181,7 @@ class LeaseCoordinator:
                         return Claim(True, self.identity, target)
                     if activation.holder and self.expiry.remaining(lease) >= 0:
                         return Claim(False, activation.holder, activation.target)
-                    taken = claimed(lease, self.identity, target, self.duration)
+                    taken = claimed(lease, self.identity, target, self.duration, traceparent)
                     self.expiry.observe(await self._call(self.client.update(LEASES, taken)))
                     return Claim(True, self.identity, target)
                 except (AlreadyExists, Conflict):
@@ -159,6 +192,13 @@ class LeaseCoordinator:
 
     async def renew(self, pool: str, target: str) -> Renewal:
         """Move ``renewTime`` if the Lease is ours for ``target``. Never raises."""
+        span = self._span("lease.renew", pool, target)
+        with trace.use_span(span, end_on_exit=True):
+            outcome = await self._renew(pool, target)
+            span.set_attribute("modelpool.outcome", outcome.value)
+            return outcome
+
+    async def _renew(self, pool: str, target: str) -> Renewal:
         for _ in range(CONFLICT_RETRIES):
             try:
                 lease = await self._read(pool)
@@ -179,6 +219,13 @@ class LeaseCoordinator:
         """Clear holder and target if the Lease is ours for ``target``; True when this call
         cleared it (it was ours), False when it was not ours (idempotent). Raises
         :class:`ReleaseFailed` when the API could not be read or written."""
+        span = self._span("lease.release", pool, target)
+        with trace.use_span(span, end_on_exit=True):
+            cleared = await self._release(pool, target)
+            span.set_attribute("modelpool.outcome", "released" if cleared else "not_ours")
+            return cleared
+
+    async def _release(self, pool: str, target: str) -> bool:
         for _ in range(CONFLICT_RETRIES):
             try:
                 lease = await self._read(pool)

@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from controlplane.api.v1alpha1.modelpool import parse_duration as parse_duration  # re-exported
 from controlplane.router.errors import InvalidRequest, ModelNotFound
 from controlplane.runtime.objects import ObjectView
 
@@ -96,32 +97,6 @@ def _default_route(router: ObjectView, pools: Lookup, isvcs: Lookup) -> Route:
     if member is None:
         raise ModelNotFound(f"The default backend `{default}` has no members")
     return Route(model_name(isvcs(member), member), member, pool_name)
-
-
-def parse_duration(text: str | None, default: float) -> float:
-    """A Go-style duration (``300s``, ``5m``, ``1h30m``, ``1.5s``, ``500ms``) in seconds."""
-    if not text:
-        return default
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-    total, number, i = 0.0, "", 0
-    while i < len(text):
-        ch = text[i]
-        if ch.isdigit() or ch == ".":
-            number += ch
-            i += 1
-            continue
-        unit = "ms" if text.startswith("ms", i) else ch
-        if unit not in units or not number:
-            return default
-        try:
-            total += float(number) * units[unit]
-        except ValueError:
-            return default
-        number = ""
-        i += len(unit)
-    if number or total <= 0:
-        return default
-    return total
 
 
 #: The field each proxied path cannot do without, and what it must be (OpenAI's API reference).

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from controlplane.runtime import controller_metrics as metrics
@@ -65,6 +66,19 @@ class Result:
 
 class Reconciler(Protocol):
     async def reconcile(self, request: Request) -> Result: ...
+
+
+class TraceParentSource(Protocol):
+    """Optional, on a reconciler: the trace a reconcile of ``request`` belongs to.
+
+    A reconcile is a root span unless the work it does was asked for by someone who is being
+    traced: the pool controller acts on an activator's intent, which carries the trace context
+    of the request that wrote it. The controller asks before it starts the ``reconcile`` span,
+    so the span is a child in that trace (its ``modelpool``-specific spans then nest under it).
+    None: a root span, as before.
+    """
+
+    def trace_parent(self, request: Request) -> otel_context.Context | None: ...
 
 
 class TerminalError(Exception):
@@ -231,8 +245,15 @@ class Controller:
 
     async def _reconcile(self, request: Request) -> None:
         started = time.perf_counter()
+        source = getattr(self.reconciler, "trace_parent", None)
+        parent = source(request) if source is not None else None
+        attributes = {
+            "controller": self.name,
+            "key": str(request),
+            "k8s.namespace.name": request.namespace,
+        }
         with tracer.start_as_current_span(
-            "reconcile", attributes={"controller": self.name, "key": str(request)}
+            "reconcile", context=parent, attributes=attributes
         ) as span:
             try:
                 result = await self.reconciler.reconcile(request)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -159,3 +159,40 @@ def workqueue_metrics_provider(
             provider = PrometheusWorkqueueMetricsProvider(registry)
             _providers[registry] = provider
         return provider
+
+
+class FilteredRegistry:
+    """A read-only view of a registry without the families whose names start with ``exclude``.
+
+    One process registry holds every family the framework defines, imported or not used: the
+    router-proxy runs no controller and no leader election, yet ``controller_runtime_*`` and
+    ``leader_election_*`` would be exposed by it (as empty families) and dashboards would count
+    it as a controller. It serves this view instead; what it registers itself is unchanged.
+    """
+
+    def __init__(self, registry: CollectorRegistry, exclude: tuple[str, ...]) -> None:
+        self._registry = registry
+        self._exclude = exclude
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            if not family.name.startswith(self._exclude):
+                yield family
+
+    def restricted_registry(self, names: Iterable[str]) -> FilteredRegistry:
+        """What ``?name[]=...`` asks for (prometheus_client's exposition calls this)."""
+        wanted = set(names)
+        return _Restricted(self, wanted)  # type: ignore[return-value]
+
+
+class _Restricted:
+    def __init__(self, source: FilteredRegistry, names: set[str]) -> None:
+        self._source = source
+        self._names = names
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._source.collect():
+            samples = [s for s in family.samples if s.name in self._names]
+            if samples:
+                family.samples = samples
+                yield family

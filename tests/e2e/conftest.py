@@ -17,6 +17,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from controlplane.envtest import EnvtestError
+from controlplane.envtest.jaeger import JaegerBackend
 from controlplane.envtest.process import tail
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import NotFound
@@ -76,6 +78,21 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[TestCluster]:
     _session_cluster = None
     if found.local is not None:
         found.local.stop()
+
+
+@pytest.fixture(scope="session")
+def jaeger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JaegerBackend]:
+    """A Jaeger all-in-one on free loopback ports (``hack/build-jaeger.sh`` builds it; ``make
+    test-e2e`` does so on first use). Without it the tracing tests FAIL, never skip: a trace
+    backend that cannot start is a broken tier, not a missing optional."""
+    try:
+        backend = JaegerBackend(tmp_path_factory.mktemp("jaeger")).start()
+    except EnvtestError as err:
+        pytest.fail(f"the Jaeger trace backend could not start: {err}")
+    try:
+        yield backend
+    finally:
+        backend.stop()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ test already failed), and any overlap seen during the test fails it, with the mo
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import httpx
@@ -76,10 +76,12 @@ async def start_operator(
     lease: str,
     identity: str,
     started: list[LocalProcess],
+    env: Mapping[str, str] | None = None,
 ) -> OperatorProcess:
-    """The operator under its ServiceAccount, waited on until ``/readyz`` answers 200."""
+    """The operator under its ServiceAccount, waited on until ``/readyz`` answers 200; ``env``
+    is added to its environment (the tracing test points ``OTEL_*`` at Jaeger)."""
     kubeconfig = await operator_kubeconfig_for(cluster, admin, workdir / f"{identity}.kubeconfig")
-    operator = OperatorProcess(kubeconfig, workdir, lease, identity, cwd=REPO)
+    operator = OperatorProcess(kubeconfig, workdir, lease, identity, cwd=REPO, env=env)
     started.append(operator)
     async with httpx.AsyncClient(base_url=operator.probe_url) as probes:
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -107,8 +107,10 @@ async def start_proxies(
     workdir: Path,
     started: list[LocalProcess],
     count: int,
+    env: Mapping[str, str] | None = None,
 ) -> list[RouterProxyProcess]:
-    """``count`` proxies under a ServiceAccount bound to a Role of ROUTER_PROXY_RULES only."""
+    """``count`` proxies under a ServiceAccount bound to a Role of ROUTER_PROXY_RULES only;
+    ``env`` is added to their environment."""
     await admin.create(SERVICE_ACCOUNTS, {"metadata": {"name": PROXY_ACCOUNT}}, namespace)
     await admin.create(
         ROLES,
@@ -134,7 +136,7 @@ async def start_proxies(
     token = await service_account_token(admin, namespace, PROXY_ACCOUNT)
     kubeconfig = kubeconfig_for_token(cluster.admin_kubeconfig, token, workdir / "proxy.kubeconfig")
     proxies = [
-        RouterProxyProcess(kubeconfig, workdir, namespace, f"proxy-{i}", cwd=REPO)
+        RouterProxyProcess(kubeconfig, workdir, namespace, f"proxy-{i}", cwd=REPO, env=env)
         for i in range(count)
     ]
     started.extend(proxies)

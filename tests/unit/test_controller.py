@@ -166,7 +166,31 @@ async def test_each_reconcile_is_a_span_with_controller_key_and_result(
     controller.queue.add(Request("ns", "a"))
     await _run_until(controller, reconciler, 2)
     finished = [dict(span.attributes or {}) for span in spans.get_finished_spans()]
-    assert finished == [
-        {"controller": "traced", "key": "ns/a", "result": "error"},
-        {"controller": "traced", "key": "ns/a", "result": "success"},
-    ]
+    common = {"controller": "traced", "key": "ns/a", "k8s.namespace.name": "ns"}
+    assert finished == [{**common, "result": "error"}, {**common, "result": "success"}]
+
+
+async def test_a_reconciler_may_name_the_trace_a_reconcile_belongs_to(
+    spans: InMemorySpanExporter,
+) -> None:
+    """A reconcile acting on a traced request (the pool controller on an activator's intent)
+    is a child in that trace, not a root."""
+    from controlplane.runtime.tracing import context_of_traceparent
+
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+    class Traced(Scripted):
+        def trace_parent(self, request: Request) -> Any:
+            return context_of_traceparent(traceparent) if request.name == "a" else None
+
+    reconciler = Traced()
+    controller = Controller("traced", reconciler)
+    controller.queue.add(Request("ns", "a"))
+    controller.queue.add(Request("ns", "b"))
+    await _run_until(controller, reconciler, 2)
+    by_key = {dict(s.attributes or {})["key"]: s for s in spans.get_finished_spans()}
+    child, root = by_key["ns/a"], by_key["ns/b"]
+    assert format(child.context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
+    assert child.parent is not None
+    assert format(child.parent.span_id, "016x") == "b7ad6b7169203331"
+    assert root.parent is None

@@ -590,3 +590,55 @@ async def test_swaps_are_counted_only_by_the_replica_that_drove_them() -> None:
         await until(lambda: len(answered) == 2 and not driver.swaps and not follower.swaps)
     assert pool_samples("modelpool_swaps_total") == before + 1
     assert pool_samples("modelpool_swap_duration_seconds_count") == durations + 1
+
+
+# -- spans ---------------------------------------------------------------------------------------
+
+
+async def test_the_swap_is_a_child_of_the_first_hold_joiners_link_and_the_claim_carries_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """hold → swap → lease.claim for the request that started it; another request's hold links
+    to the swap; the Lease carries the swap span's traceparent for the pool controller."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from controlplane.api.v1alpha1.activation import TRACEPARENT_ANNOTATION
+    from controlplane.router import activator as activator_module
+    from controlplane.router import lease as lease_module
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(activator_module, "tracer", provider.get_tracer("a"))
+    monkeypatch.setattr(lease_module, "tracer", provider.get_tracer("l"))
+    view, api = cluster()
+    activator = new_activator(view, api)
+    async with running(activator) as group:
+
+        async def ask() -> None:
+            await activator.upstream(Route("qwen", "b", "gpu-0"))
+
+        group.start_soon(ask)
+        await until(lambda: bool(claims_by(api, "me")))
+        group.start_soon(ask)  # joins the running swap
+        await until(lambda: activator.swaps[("gpu-0", "b")].waiters == 2)
+        await play_controller(view, api, activator)
+        await until(lambda: not activator.swaps)
+    spans = exporter.get_finished_spans()
+    holds = [s for s in spans if s.name == "hold"]
+    (swap,) = [s for s in spans if s.name == "swap"]
+    claims = [s for s in spans if s.name == "lease.claim"]
+    first = next(h for h in holds if h.context.span_id == swap.parent.span_id)  # type: ignore[union-attr]
+    (joiner,) = [h for h in holds if h is not first]
+    assert not first.links
+    assert [link.context.span_id for link in joiner.links] == [swap.context.span_id]
+    assert all(c.parent.span_id == swap.context.span_id for c in claims)  # type: ignore[union-attr]
+    assert {dict(h.attributes or {})["modelpool.outcome"] for h in holds} == {"ready"}
+    assert dict(swap.attributes or {})["modelpool.outcome"] == "ready"
+    written = claims_by(api, "me")[0]["metadata"]["annotations"][TRACEPARENT_ANNOTATION]
+    assert written.split("-")[1:3] == [
+        format(swap.context.trace_id, "032x"),
+        format(swap.context.span_id, "016x"),
+    ]

@@ -156,16 +156,27 @@ async def test_each_probe_is_a_span_with_member_and_outcome(
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     monkeypatch.setattr(llamacpp, "tracer", provider.get_tracer("test"))
-    async with probe_with(lambda request: httpx.Response(500)) as probe:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(500)
+
+    async with probe_with(answer) as probe:
         await probe.probe("http://a:1", member="llama")
     (span,) = exporter.get_finished_spans()
-    assert span.name == "slots_probe"
+    assert span.name == "slots probe"
     attributes = dict(span.attributes or {})
-    assert (attributes["member"], attributes["outcome"], attributes["url"]) == (
-        "llama",
-        "failed",
-        "http://a:1/slots",
-    )
+    assert (
+        attributes["modelpool.member"],
+        attributes["modelpool.outcome"],
+        attributes["url.full"],
+        attributes["http.request.method"],
+        attributes["http.response.status_code"],
+    ) == ("llama", "failed", "http://a:1/slots", "GET", 500)
+    # The member's request carries the probe span's context.
+    traceparent = seen[0].headers["traceparent"]
+    assert traceparent.split("-")[2] == format(span.context.span_id, "016x")
 
 
 # -- the probe against the simulator, in-process ---------------------------------------------------

@@ -9,7 +9,11 @@ Lease:
 * with a non-empty ``spec.holderIdentity`` (the activator), a positive
   ``spec.leaseDurationSeconds``, a ``spec.renewTime`` the holder moves at least every third of
   the duration while the swap runs;
-* and the annotation :data:`TARGET_ANNOTATION` naming the member it wants.
+* and the annotation :data:`TARGET_ANNOTATION` naming the member it wants;
+* optionally the annotation :data:`TRACEPARENT_ANNOTATION`: the W3C ``traceparent`` of the swap
+  the holder drives for that target, so the pool controller's spans for it join the trace of the
+  request that started it (DESIGN 4.11). It is written with the claim, kept by renewals, and
+  cleared with the target on release: a trace context never outlives the intent it belongs to.
 
 **A Lease is a pool's only by its label.** A name pattern alone let the operator's own leader
 Lease (``modelpool-operator``) read as the intent of a pool called ``operator``. Both sides
@@ -40,6 +44,8 @@ from controlplane.runtime.timeutil import micro_time
 
 #: Annotation on the pool's Lease naming the member the holder wants resident.
 TARGET_ANNOTATION: Final = "inference.modelpool.dev/target"
+#: Annotation on the pool's Lease: the W3C ``traceparent`` of the swap the holder drives.
+TRACEPARENT_ANNOTATION: Final = "inference.modelpool.dev/traceparent"
 #: Label on a pool's Lease naming the pool; Lease informers select on it.
 POOL_LABEL: Final = "inference.modelpool.dev/pool"
 #: Prefix of a pool's Lease name; the rest is the pool's name.
@@ -65,11 +71,13 @@ def pool_for_lease(lease: Mapping[str, Any]) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Activation:
-    """What a pool's Lease says: who holds it (``""``: nobody) and for which member."""
+    """What a pool's Lease says: who holds it (``""``: nobody), for which member, and the trace
+    context of the swap it asks for (``None``: none recorded)."""
 
     holder: str
     target: str | None
     duration: int | None
+    traceparent: str | None = None
 
     @property
     def requested(self) -> bool:
@@ -82,15 +90,32 @@ class Activation:
 
 
 def read_activation(lease: Mapping[str, Any]) -> Activation:
-    """The one parsing of a pool Lease's holder, target and duration."""
+    """The one parsing of a pool Lease's holder, target, duration and trace context."""
     record = LeaseRecord.of(lease)
-    target = dict(record.annotations).get(TARGET_ANNOTATION) or None
+    annotations = dict(record.annotations)
+    target = annotations.get(TARGET_ANNOTATION) or None
     duration = record.duration if record.duration is not None and record.duration > 0 else None
-    return Activation(record.holder, target, duration)
+    traceparent = annotations.get(TRACEPARENT_ANNOTATION) or None
+    return Activation(record.holder, target, duration, traceparent)
 
 
-def new_pool_lease(namespace: str, pool: str, holder: str, target: str, duration: int) -> Object:
-    """A pool Lease held by ``holder`` for ``target``, to create."""
+def _annotations(target: str, traceparent: str | None) -> dict[str, str]:
+    annotations = {TARGET_ANNOTATION: target}
+    if traceparent:
+        annotations[TRACEPARENT_ANNOTATION] = traceparent
+    return annotations
+
+
+def new_pool_lease(
+    namespace: str,
+    pool: str,
+    holder: str,
+    target: str,
+    duration: int,
+    traceparent: str | None = None,
+) -> Object:
+    """A pool Lease held by ``holder`` for ``target``, to create; ``traceparent`` is the trace
+    context of the swap, carried to the pool controller."""
     now = micro_time()
     return {
         "apiVersion": "coordination.k8s.io/v1",
@@ -99,7 +124,7 @@ def new_pool_lease(namespace: str, pool: str, holder: str, target: str, duration
             "name": pool_lease_name(pool),
             "namespace": namespace,
             "labels": {POOL_LABEL: pool},
-            "annotations": {TARGET_ANNOTATION: target},
+            "annotations": _annotations(target, traceparent),
         },
         "spec": {
             "holderIdentity": holder,
@@ -111,26 +136,37 @@ def new_pool_lease(namespace: str, pool: str, holder: str, target: str, duration
     }
 
 
-def _with_target(lease: Mapping[str, Any], target: str | None) -> Object:
+def _with_target(
+    lease: Mapping[str, Any], target: str | None, traceparent: str | None = None
+) -> Object:
+    """``lease`` for ``target`` with ``traceparent`` (a trace context of an earlier claim never
+    stays: it belongs to another swap), or with neither for ``None``."""
     metadata = dict(lease.get("metadata") or {})
     annotations = dict(metadata.get("annotations") or {})
-    if target is None:
-        annotations.pop(TARGET_ANNOTATION, None)
-    else:
-        annotations[TARGET_ANNOTATION] = target
+    annotations.pop(TARGET_ANNOTATION, None)
+    annotations.pop(TRACEPARENT_ANNOTATION, None)
+    if target is not None:
+        annotations.update(_annotations(target, traceparent))
     metadata["annotations"] = annotations
     return {**lease, "metadata": metadata}
 
 
-def claimed(lease: Mapping[str, Any], holder: str, target: str, duration: int) -> Object:
-    """``lease`` (as read, resourceVersion included) taken by ``holder`` for ``target``."""
+def claimed(
+    lease: Mapping[str, Any],
+    holder: str,
+    target: str,
+    duration: int,
+    traceparent: str | None = None,
+) -> Object:
+    """``lease`` (as read, resourceVersion included) taken by ``holder`` for ``target``, with
+    the trace context of the swap that takes it."""
     now = micro_time()
     spec = dict(lease.get("spec") or {})
     if read_activation(lease).holder != holder:
         spec["acquireTime"] = now
         spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
     spec.update(holderIdentity=holder, leaseDurationSeconds=duration, renewTime=now)
-    return {**_with_target(lease, target), "spec": spec}
+    return {**_with_target(lease, target, traceparent), "spec": spec}
 
 
 def renewed(lease: Mapping[str, Any]) -> Object:
@@ -139,6 +175,6 @@ def renewed(lease: Mapping[str, Any]) -> Object:
 
 
 def released(lease: Mapping[str, Any]) -> Object:
-    """``lease`` with no holder and no target: the intent withdrawn."""
+    """``lease`` with no holder, no target and no trace context: the intent withdrawn."""
     spec = {**(lease.get("spec") or {}), "holderIdentity": "", "renewTime": micro_time()}
     return {**_with_target(lease, None), "spec": spec}

@@ -163,3 +163,29 @@ class ModelPool(CustomObject):
 
     spec: ModelPoolSpec = api_field("Desired state.", required=True, default_factory=ModelPoolSpec)
     status: ModelPoolStatus = api_field("Observed state.", default_factory=ModelPoolStatus)
+
+
+def parse_duration(text: str | None, default: float) -> float:
+    """A Go-style duration (a ``swapBudget``: ``300s``, ``5m``, ``1h30m``, ``500ms``) in s."""
+    if not text:
+        return default
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    total, number, i = 0.0, "", 0
+    while i < len(text):
+        ch = text[i]
+        if ch.isdigit() or ch == ".":
+            number += ch
+            i += 1
+            continue
+        unit = "ms" if text.startswith("ms", i) else ch
+        if unit not in units or not number:
+            return default
+        try:
+            total += float(number) * units[unit]
+        except ValueError:
+            return default
+        number = ""
+        i += len(unit)
+    if number or total <= 0:
+        return default
+    return total

@@ -39,11 +39,13 @@ from controlplane.runtime.leaserecord import ExpiryObserver, lease_key
 
 @dataclass(frozen=True, slots=True)
 class Intent:
-    """A valid request for ``target`` by ``holder``, good for ``expires_in`` more seconds."""
+    """A valid request for ``target`` by ``holder``, good for ``expires_in`` more seconds;
+    ``traceparent`` is the trace context of the swap that asks (None: not traced)."""
 
     holder: str
     target: str
     expires_in: float
+    traceparent: str | None = None
 
 
 class LeaseObserver:
@@ -65,7 +67,12 @@ class LeaseObserver:
         left = self.expiry.remaining(lease)
         if not activation.requested or activation.target is None or left < 0:
             return None
-        return Intent(holder=activation.holder, target=activation.target, expires_in=left)
+        return Intent(
+            holder=activation.holder,
+            target=activation.target,
+            expires_in=left,
+            traceparent=activation.traceparent,
+        )
 
     # -- informer event handler ------------------------------------------------------------------
 

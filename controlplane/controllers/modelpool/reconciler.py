@@ -39,25 +39,49 @@ guarded the same way.
 ``inference.modelpool.dev/pool`` label). Two timed requeues are backstops for what no watch
 reports: a deferred drain is re-probed, and a valid intent is re-checked just after it would
 expire.
+
+**Traced as part of the request that asked** (DESIGN 4.11): a reconcile that acts on a valid intent
+carrying a ``traceparent`` is a child of the activator's ``swap`` span (:meth:`trace_parent`, which
+the framework asks before it starts the ``reconcile`` span), not a root. Inside it: ``drain
+decision`` (the plan, with one ``slots probe`` per endpoint), one ``scale`` span per member write,
+and the swap's waiting phases, ``wait for pods gone`` and ``owner up``, recorded with their true
+start and end (:mod:`~.phases`) under the swap's span too. A parent, not a link: a trace viewer
+draws children in the request's waterfall, where the 40 s are, while a link is a footnote.
+
+**Metrics** (:mod:`~.metrics`): the resident and phase per pool, since when it is Swapping and its
+budget, swaps completed, drain deferrals by reason, idle-probe outcomes and latency.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
 import anyio
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelPoolStatus
 from controlplane.api.v1alpha1.activation import POOL_LABEL, pool_for_lease, pool_lease_name
 from controlplane.api.v1alpha1.inferenceservice import RUNTIME_LLAMACPP
+from controlplane.api.v1alpha1.modelpool import (
+    DEFAULT_SWAP_BUDGET,
+    PHASE_READY,
+    PHASE_SWAPPING,
+    PHASES,
+    parse_duration,
+)
 from controlplane.controllers.inferenceservice.desired import ISVC_LABEL, PORT_NAME
 from controlplane.controllers.memberwrites import MEMBER_WRITE_CONFLICTS
+from controlplane.controllers.modelpool import metrics
 from controlplane.controllers.modelpool.grant import granted_by, lists_member, set_grant
 from controlplane.controllers.modelpool.intent import LeaseObserver, Owner, choose_owner
+from controlplane.controllers.modelpool.phases import PhaseSpan, SwapPhases
 from controlplane.controllers.modelpool.plan import (
     DEFER_REQUEUE_SECONDS,
     MemberState,
@@ -69,6 +93,7 @@ from controlplane.controllers.modelpool.plan import (
     plan_actions,
     pool_status,
     requeue_result,
+    slot_allocated_since,
     status_changed,
     transitions,
 )
@@ -83,8 +108,10 @@ from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
 from controlplane.runtime.manager import Manager
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, LEASES, PODS
+from controlplane.runtime.tracing import context_of_traceparent
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer("controlplane.controllers.modelpool")
 
 CONTROLLER_NAME: Final = "modelpool"
 EVENT_REPORTER: Final = "modelpool-operator/modelpool"
@@ -145,6 +172,10 @@ class ModelPoolReconciler:
         self._superseded: dict[str, str | None] = {}
         #: The idle probe of each runtime (``spec.runtime``); llama.cpp's is the only one in v1.
         self.probes = probes
+        #: The waiting phases of swaps under way, to record as spans when they end.
+        self.phases = SwapPhases()
+        #: Per pool, the resident last exported (its gauge is removed when it changes).
+        self._exported_resident: dict[str, str] = {}
 
     # -- reading the caches ----------------------------------------------------------------------
 
@@ -182,6 +213,32 @@ class ModelPoolReconciler:
             granted=bool(pool) and granted_by(isvc) == pool,
         )
 
+    # -- tracing -----------------------------------------------------------------------------------
+
+    def _swap_context(self, namespace: str, pool: str) -> otel_context.Context | None:
+        """The trace context of the valid intent on ``pool``'s Lease, if it carries one."""
+        lease = self.leases.store.get(f"{namespace}/{pool_lease_name(pool)}")
+        intent = self.observer.intent(lease)
+        return context_of_traceparent(intent.traceparent) if intent is not None else None
+
+    def trace_parent(self, request: Request) -> otel_context.Context | None:
+        """A reconcile acting on a traced intent is a child of the swap that wrote it."""
+        return self._swap_context(request.namespace, request.name)
+
+    def _record_phase(self, namespace: str, pool: str, phase: PhaseSpan | None) -> None:
+        """A finished phase as a span, under the swap's span when the intent still says which,
+        else under the current reconcile."""
+        if phase is None:
+            return
+        attributes = {"k8s.namespace.name": namespace, "modelpool.pool": pool, **phase.attributes}
+        span = tracer.start_span(
+            phase.name,
+            context=self._swap_context(namespace, pool),
+            attributes=attributes,
+            start_time=phase.start_ns,
+        )
+        span.end(end_time=phase.end_ns)
+
     # -- the reconcile ---------------------------------------------------------------------------
 
     async def reconcile(self, request: Request) -> Result:
@@ -189,6 +246,8 @@ class ModelPoolReconciler:
         obj = self.pools.store.get(key)
         if obj is None:
             self._superseded.pop(key, None)
+            self.phases.forget(key)
+            self._forget_metrics(request.namespace, request.name)
             return Result()
         if obj["metadata"].get("resourceVersion") == self._superseded.get(key):
             # Our own status write has not reached the cache yet: deciding on the older status
@@ -206,21 +265,48 @@ class ModelPoolReconciler:
         owner = choose_owner(names, pool.spec.default, pool.status.resident_member, intent)
         plan = plan_actions(members, owner.name)
 
-        deferral = None
-        scale_down = list(plan.scale_down)
-        if plan.probe:
-            reports = await self._probe_members(members, plan.probe)
-            scale_down += [m for m in plan.probe if all_idle(reports[m])]
-            deferral = deferral_from({m: r for m, r in reports.items() if not all_idle(r)})
+        with tracer.start_as_current_span(
+            "drain decision",
+            attributes={
+                "k8s.namespace.name": namespace,
+                "modelpool.pool": request.name,
+                "modelpool.owner": owner.name or "",
+                "modelpool.owner.reason": owner.reason.value,
+            },
+        ) as decision:
+            deferral = None
+            scale_down = list(plan.scale_down)
+            if plan.probe:
+                reports = await self._probe_members(members, plan.probe)
+                scale_down += [m for m in plan.probe if all_idle(reports[m])]
+                deferral = deferral_from({m: r for m, r in reports.items() if not all_idle(r)})
+            decision.set_attribute("modelpool.drain", scale_down)
+            decision.set_attribute("modelpool.owner_up", plan.scale_up is not None)
+            if deferral is not None:
+                decision.set_attribute("modelpool.deferred", deferral.reason)
+                metrics.DRAIN_DEFERRALS.labels(namespace, request.name, deferral.reason).inc()
         writes = [(name, 0) for name in scale_down]
         if plan.scale_up is not None:
+            self._record_phase(
+                namespace,
+                request.name,
+                self.phases.owner_may_go_up(key, plan.scale_up, time.time_ns()),
+            )
             writes.append((plan.scale_up, 1))
         for name, replicas in writes:
             if not await self._scale(obj, name, replicas, owner):
                 return Result(requeue=True)  # the watch brings the newer member; decide again
+            if replicas == 0:
+                self.phases.drained(key, name, owner.name, time.time_ns())
+            else:
+                self.phases.raised(key, name, time.time_ns())
 
         now = datetime.now(UTC)
         status = pool_status(pool, PoolView(members, owner, plan, deferral, now))
+        if status.phase == PHASE_READY:
+            phase = self.phases.owner_ready(key, status.resident_member, time.time_ns())
+            self._record_phase(namespace, request.name, phase)
+        self._export(namespace, request.name, pool.spec.swap_budget, status)
         if status_changed(pool.status, status):
             previous = pool.status
             pool.status = status
@@ -232,6 +318,9 @@ class ModelPoolReconciler:
             except NotFound:
                 return Result()
             self._record_transitions(obj, previous, status, owner, now)
+            resident = status.resident_member
+            if resident and resident != previous.resident_member:
+                metrics.SWAPS_COMPLETED.labels(namespace, request.name, resident).inc()
         if deferral is not None:
             log.info("%s: %s: %s", key, deferral.reason, deferral.message)
             self.recorder.event(obj, "Warning", deferral.reason, "Drain", deferral.message)
@@ -245,8 +334,12 @@ class ModelPoolReconciler:
         """Probe every ready endpoint of each member, all at once."""
         reports: dict[str, list[tuple[str, IdleReport]]] = {name: [] for name in names}
 
-        async def one(probe: IdleProbe, member: str, url: str) -> None:
-            reports[member].append((url, await probe.probe(url, member=member)))
+        async def one(probe: IdleProbe, runtime: str, member: str, url: str) -> None:
+            started = time.perf_counter()
+            report = await probe.probe(url, member=member)
+            metrics.IDLE_PROBE_DURATION.labels(runtime).observe(time.perf_counter() - started)
+            metrics.IDLE_PROBES.labels(runtime, report.outcome.value).inc()
+            reports[member].append((url, report))
 
         async with anyio.create_task_group() as group:
             for name in names:
@@ -260,7 +353,7 @@ class ModelPoolReconciler:
                     reports[name].append(("-", IdleReport(IdleOutcome.FAILED, why)))
                 else:
                     for url in state.urls:
-                        group.start_soon(one, probe, name, url)
+                        group.start_soon(one, probe, state.runtime, name, url)
         for results in reports.values():
             results.sort()
         return reports
@@ -276,17 +369,66 @@ class ModelPoolReconciler:
             return False
         isvc.setdefault("spec", {})["replicas"] = replicas
         set_grant(isvc, meta["name"] if replicas else None)
-        try:
-            await self.client.update(InferenceService.resource(), isvc)
-        except Conflict as err:
-            self._conflict(pool, MemberWriteConflict(meta["name"], name, replicas, str(err)))
-            return False
-        except NotFound:
-            log.info("%s: %s is gone; requeued", key, name)
-            return False
+        attributes = {
+            "k8s.namespace.name": str(meta.get("namespace") or ""),
+            "modelpool.pool": meta["name"],
+            "modelpool.member": name,
+            "modelpool.replicas": replicas,
+        }
+        with tracer.start_as_current_span("scale", attributes=attributes) as span:
+            try:
+                await self.client.update(InferenceService.resource(), isvc)
+            except Conflict as err:
+                span.set_attribute("modelpool.outcome", REASON_MEMBER_WRITE_CONFLICT)
+                self._conflict(pool, MemberWriteConflict(meta["name"], name, replicas, str(err)))
+                return False
+            except NotFound:
+                span.set_attribute("modelpool.outcome", "NotFound")
+                log.info("%s: %s is gone; requeued", key, name)
+                return False
+            span.set_attribute("modelpool.outcome", "written")
         why = "drained" if replicas == 0 else f"the owner, {owner_why(owner)}"
         log.info("%s: %s scaled to %d: %s", key, name, replicas, why)
         return True
+
+    # -- metrics -------------------------------------------------------------------------------
+
+    def _export(
+        self, namespace: str, pool: str, budget: str | None, status: ModelPoolStatus
+    ) -> None:
+        """The pool's gauges from the status just decided (written or unchanged)."""
+        key = f"{namespace}/{pool}"
+        resident = status.resident_member or ""
+        previous = self._exported_resident.get(key)
+        if previous is not None and previous != resident:
+            with contextlib.suppress(KeyError):
+                metrics.POOL_RESIDENT.remove(namespace, pool, previous)
+        if resident:
+            metrics.POOL_RESIDENT.labels(namespace, pool, resident).set(1)
+        self._exported_resident[key] = resident
+        for phase in PHASES:
+            metrics.POOL_PHASE.labels(namespace, pool, phase).set(int(status.phase == phase))
+        since = 0.0
+        if status.phase == PHASE_SWAPPING:
+            since = _epoch_seconds(slot_allocated_since(status)) or time.time()
+        metrics.SWAPPING_SINCE.labels(namespace, pool).set(since)
+        metrics.SWAP_BUDGET.labels(namespace, pool).set(
+            parse_duration(budget, parse_duration(DEFAULT_SWAP_BUDGET, 300.0))
+        )
+
+    def _forget_metrics(self, namespace: str, pool: str) -> None:
+        """A deleted pool's series go with it."""
+        resident = self._exported_resident.pop(f"{namespace}/{pool}", "")
+        removals: list[tuple[Any, tuple[str, ...]]] = [
+            (metrics.SWAPPING_SINCE, (namespace, pool)),
+            (metrics.SWAP_BUDGET, (namespace, pool)),
+            *((metrics.POOL_PHASE, (namespace, pool, phase)) for phase in PHASES),
+        ]
+        if resident:
+            removals.append((metrics.POOL_RESIDENT, (namespace, pool, resident)))
+        for family, labels in removals:
+            with contextlib.suppress(KeyError):
+                family.remove(*labels)
 
     def _conflict(self, pool: Object, conflict: MemberWriteConflict) -> None:
         """A ``MemberWriteConflict`` made visible: counted, logged, a Warning event on the pool."""
@@ -340,6 +482,16 @@ class ModelPoolReconciler:
             return self.pools_with_member(meta.get("namespace") or "", member) if member else ()
 
         return mapper
+
+
+def _epoch_seconds(stamp: str | None) -> float | None:
+    """An RFC 3339 condition time as Unix seconds, or None."""
+    if not stamp:
+        return None
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
 
 
 def map_lease(obj: Object) -> Iterable[Request]:
