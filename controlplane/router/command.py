@@ -6,6 +6,7 @@ The same three parts as every subcommand: ``add_arguments``, ``settings_from``, 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -59,13 +60,23 @@ def settings_from(args: argparse.Namespace) -> RouterProxySettings:
     )
 
 
+def event_loop_options() -> dict[str, bool]:
+    """uvloop when it can be imported: the proxy's per-request cost is mostly event-loop and
+    socket work (bench/README.md, "Data path"). uvicorn picks httptools by itself the same way."""
+    try:
+        importlib.import_module("uvloop")
+    except ImportError:
+        return {"use_uvloop": False}
+    return {"use_uvloop": True}
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the OpenAI-compatible router-proxy with its pool activator."""
     from controlplane.router.process import run_router_proxy
 
     code = 0
     try:
-        anyio.run(run_router_proxy, settings_from(args))
+        anyio.run(run_router_proxy, settings_from(args), backend_options=event_loop_options())
     except* PreflightDenied as denied:
         print(f"error: {first_error(denied)}", file=sys.stderr)
         code = EXIT_DENIED
