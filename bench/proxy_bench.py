@@ -9,7 +9,7 @@ fed by its own watches. Phases (``--phases``, in this order):
 
 * ``fast``: small non-streamed completions, ``wrk`` (a Lua script for the POST body) from its own
   process: one connection for latency (p50/p99 with no queueing), 32 connections for requests/s;
-  direct to the member, through our proxy (once per HTTP stack in ``--stacks``) and through
+  direct to the member, through our proxy (once per variant in ``--variants``) and through
   nginx ``proxy_pass`` (Debian's nginx, one worker, a generated config in a temp dir);
 * ``stream``: streamed completions, direct and through the proxy: time to the first event and
   the first-to-last event time (the per-chunk delay is the difference over the event count);
@@ -87,9 +87,11 @@ ROUTER: Final = ModelRouter.resource()
 PROXY_ACCOUNT: Final = "bench-router-proxy"
 ISVC_LABEL: Final = "inference.modelpool.dev/inferenceservice"
 PHASES: Final = ("fast", "stream", "clients", "held", "swap")
-#: HTTP stacks of the proxy process: uvicorn's parser and the event loop. ``baseline`` hides
-#: uvloop and httptools from the process (an import of either fails), ``fast`` requires both.
-STACKS: Final = ("baseline", "fast")
+#: Proxy variants, ``SERVER-CLIENT``: the server side is ``h11`` (uvicorn's h11 parser on asyncio's
+#: loop: uvloop and httptools are hidden from the process, an import of either fails) or
+#: ``httptools`` (httptools on uvloop: both must be importable); the client is the proxy's
+#: ``--upstream-client``.
+VARIANTS: Final = ("h11-httpx", "h11-aiohttp", "httptools-httpx", "httptools-aiohttp")
 Object = dict[str, Any]
 
 
@@ -297,9 +299,10 @@ class System:
 
         await eventually(resident, timeout, f"{member} resident and Ready")
 
-    def start_proxy(self, stack: str, extra_path: str) -> RouterProxyProcess:
+    def start_proxy(self, variant: str, extra_path: str) -> RouterProxyProcess:
+        server, client = variant.split("-")
         env_path = [str(REPO)]
-        if stack == "baseline":
+        if server == "h11":
             env_path.insert(0, str(hide_fast_stack(self.workdir)))
         elif extra_path:
             env_path.append(extra_path)
@@ -307,7 +310,12 @@ class System:
         os.environ["PYTHONPATH"] = os.pathsep.join(env_path)
         try:
             proxy = RouterProxyProcess(
-                self.proxy_kubeconfig, self.workdir, NAMESPACE, f"proxy-{stack}", cwd=REPO
+                self.proxy_kubeconfig,
+                self.workdir,
+                NAMESPACE,
+                f"proxy-{variant}-{len(self.processes)}",
+                cwd=REPO,
+                extra_args=["--upstream-client", client],
             )
         finally:
             if previous is None:
@@ -442,13 +450,13 @@ def summarize(runs: Sequence[dict[str, Any]], key: str) -> dict[str, float]:
 async def fast_phase(
     system: System, args: argparse.Namespace, tools: dict[str, str]
 ) -> dict[str, Any]:
-    """Direct, nginx and one proxy per stack, interleaved round by round."""
+    """Direct, nginx and one proxy per variant, interleaved round by round."""
     direct = await system.member_url("a")
     script = system.workdir / "chat.lua"
     script.write_text(WRK_SCRIPT.format(body=chat_body("model-a").decode()))
     proxies = {}
-    for stack in args.stacks:
-        proxies[stack] = system.start_proxy(stack, args.fast_stack_path)
+    for variant in args.variants:
+        proxies[variant] = system.start_proxy(variant, args.fast_stack_path)
     for proxy in proxies.values():
         await wait_proxy_ready(proxy)
     runs: dict[str, list[dict[str, Any]]] = {}
@@ -528,7 +536,7 @@ def profile_proxy(
 
 async def stream_phase(system: System, args: argparse.Namespace) -> dict[str, Any]:
     direct = await system.member_url("a")
-    proxy = system.start_proxy(args.stacks[-1], args.fast_stack_path)
+    proxy = system.start_proxy(args.proxy_variant, args.fast_stack_path)
     await wait_proxy_ready(proxy)
     runs: dict[str, list[dict[str, Any]]] = {}
     for _ in range(args.repeat):
@@ -585,7 +593,7 @@ async def clients_phase(system: System, args: argparse.Namespace) -> dict[str, A
 async def held_phase(system: System, args: argparse.Namespace) -> dict[str, Any]:
     """N requests for member c (parked, slow to load), held; RSS and CPU; all answered?"""
     await system.wait_resident("a")
-    proxy = system.start_proxy(args.stacks[-1], args.fast_stack_path)
+    proxy = system.start_proxy(args.proxy_variant, args.fast_stack_path)
     await wait_proxy_ready(proxy)
     pid = proxy.popen.pid
     async with httpx.AsyncClient(timeout=30, trust_env=False) as http:
@@ -782,7 +790,7 @@ def split(marks: Object) -> Object:
 
 
 async def swap_phase(system: System, args: argparse.Namespace) -> dict[str, Any]:
-    proxy = system.start_proxy(args.stacks[-1], args.fast_stack_path)
+    proxy = system.start_proxy(args.proxy_variant, args.fast_stack_path)
     await wait_proxy_ready(proxy)
     recorder = Recorder(system.admin)
     swaps: list[Object] = []
@@ -938,7 +946,12 @@ async def bench(args: argparse.Namespace, tools: dict[str, str]) -> dict[str, An
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phases", default=",".join(PHASES))
-    parser.add_argument("--stacks", default=",".join(STACKS), help="proxy HTTP stacks")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="proxies in the fast phase")
+    parser.add_argument(
+        "--proxy-variant",
+        default="httptools-aiohttp",
+        help="the proxy of the stream, held and swap phases (the shipped configuration)",
+    )
     parser.add_argument(
         "--fast-stack-path",
         default=os.environ.get("BENCH_FAST_STACK_PATH", ""),
@@ -959,13 +972,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args(argv)
     args.phases = [p for p in args.phases.split(",") if p]
-    args.stacks = [s for s in args.stacks.split(",") if s]
+    args.variants = [v for v in args.variants.split(",") if v]
     for phase in args.phases:
         if phase not in PHASES:
             parser.error(f"unknown phase {phase!r}; known: {', '.join(PHASES)}")
-    for stack in args.stacks:
-        if stack not in STACKS:
-            parser.error(f"unknown stack {stack!r}; known: {', '.join(STACKS)}")
+    for variant in [*args.variants, args.proxy_variant]:
+        if variant not in VARIANTS:
+            parser.error(f"unknown proxy variant {variant!r}; known: {', '.join(VARIANTS)}")
     args.stamp = time.strftime("%Y%m%d-%H%M%S")
     return args
 

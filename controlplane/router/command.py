@@ -17,7 +17,12 @@ from controlplane.cliargs import first_error, host_port, positive_int
 from controlplane.preflight import EXIT_DENIED, PreflightDenied
 from controlplane.router.app import DEFAULT_MAX_BODY_BYTES
 from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
-from controlplane.router.settings import DEFAULT_BIND_ADDRESS, RouterProxySettings
+from controlplane.router.settings import (
+    DEFAULT_BIND_ADDRESS,
+    DEFAULT_UPSTREAM_CLIENT,
+    UPSTREAM_CLIENTS,
+    RouterProxySettings,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_BODY_BYTES,
         help="larger request bodies are refused with 413",
     )
+    parser.add_argument(
+        "--upstream-client",
+        choices=UPSTREAM_CLIENTS,
+        default=DEFAULT_UPSTREAM_CLIENT,
+        help="what forwards requests to members (aiohttp is the faster; httpx for comparison)",
+    )
 
 
 def settings_from(args: argparse.Namespace) -> RouterProxySettings:
@@ -57,6 +68,7 @@ def settings_from(args: argparse.Namespace) -> RouterProxySettings:
         preflight_cache_dir=args.preflight_cache_dir,
         lease_duration_seconds=args.lease_duration_seconds,
         max_body_bytes=args.max_body_bytes,
+        upstream_client=args.upstream_client,
     )
 
 

@@ -28,6 +28,7 @@ from controlplane.router.app import (
 )
 from controlplane.router.lease import LeaseCoordinator
 from controlplane.router.settings import RouterProxySettings
+from controlplane.router.upstream import AiohttpTransport
 from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.endpoints import member_urls
 from controlplane.runtime.httpserver import bind, serve
@@ -136,7 +137,8 @@ def build_router_proxy(settings: RouterProxySettings) -> tuple[Manager, Activato
     context = ProxyContext(
         view.router, view.pool, view.isvc, manager.not_ready_reasons, settings.max_body_bytes
     )
-    http = httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT, trust_env=False)
+    transport = AiohttpTransport() if settings.upstream_client == "aiohttp" else None
+    http = httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT, trust_env=False, transport=transport)
     sock = bind(*settings.bind_address)
     manager.add(ProxyServer(build_app(context, activator, http), sock, http))
     log.info("router-proxy %s for router %s/%s", identity, ns, settings.router)
