@@ -118,6 +118,23 @@ def require_tools() -> dict[str, str]:
     return found
 
 
+def require_fast_stack(args: argparse.Namespace) -> None:
+    """The ``httptools`` variants need uvloop and httptools importable (pinned in pyproject.toml;
+    ``--fast-stack-path`` adds a directory holding them): never measure a silent fallback."""
+    if not any(v.startswith("httptools") for v in [*args.variants, args.proxy_variant]):
+        return
+    path = os.pathsep.join(p for p in (str(REPO), args.fast_stack_path) if p)
+    done = subprocess.run(
+        [sys.executable, "-c", "import uvloop, httptools"],
+        env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(
+            "error: the httptools proxy variants need uvloop and httptools (pyproject.toml pins "
+            f"them; reinstall the venv or pass --fast-stack-path): {done.stderr.strip()[-200:]}"
+        )
+
+
 def raise_nofile() -> int:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # children inherit it
@@ -759,7 +776,7 @@ def swap_phases(seen: list[Seen], t0: float, answered: float, old: str, new: str
     return {k: (v - t0 if v is not None else None) for k, v in marks.items()}
 
 
-def split(marks: Object) -> Object:
+def split(marks: Object) -> dict[str, float | None]:
     """Durations of the phases the issue names, from the marks (None where a mark is missing)."""
 
     def between(a: str, b: str) -> float | None:
@@ -772,7 +789,7 @@ def split(marks: Object) -> Object:
     )  # fmt: skip
     hold = marks["answered"]
     load = between("new_pod_created", "new_endpoint_ready")
-    return {
+    out: dict[str, float | None] = {
         "hold": hold,
         "claim": marks["claim"],
         "drain_wait": between("claim", "old_scaled_to_0"),
@@ -787,6 +804,13 @@ def split(marks: Object) -> Object:
         # No request was in flight on the incumbent: its in-flight wait is 0 here.
         "control_plane_share": hold - load if load is not None else None,
     }
+    # What is neither ours nor the member's load: the Deployment controller's and kubelet's work
+    # (the node stand-in's here) and the old member's own exit (SIGTERM to process gone).
+    node = [out["old_pods_gone"], out["pod_created"]]
+    out["node_and_old_member_exit"] = sum(node) if None not in node else None  # type: ignore[arg-type]
+    ours = [out[k] for k in ("claim", "drain_wait", "owner_scaled", "ready_seen", "forward")]
+    out["ours_only"] = sum(ours) if None not in ours else None  # type: ignore[arg-type]
+    return out
 
 
 async def swap_phase(system: System, args: argparse.Namespace) -> dict[str, Any]:
@@ -823,6 +847,14 @@ async def swap_phase(system: System, args: argparse.Namespace) -> dict[str, Any]
         group.cancel_scope.cancel()
     proxy.stop(grace=10)
     system.processes.remove(proxy)
+    return {
+        "swaps": swaps,
+        "summary": swap_summary(swaps),
+        "member_load_seconds": args.load_seconds,
+    }
+
+
+def swap_summary(swaps: list[Object]) -> dict[str, dict[str, float]]:
     keys = list(swaps[0]["phases"]) if swaps else []
     summary = {}
     for key in keys:
@@ -835,7 +867,7 @@ async def swap_phase(system: System, args: argparse.Namespace) -> dict[str, Any]
                 "max": values[-1],
                 "n": len(values),
             }
-    return {"swaps": swaps, "summary": summary, "member_load_seconds": args.load_seconds}
+    return summary
 
 
 # -- report --------------------------------------------------------------------------------------
@@ -984,8 +1016,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--report"]:  # re-derive the swap phases of a saved record and print it
+        results = json.loads(Path(argv[1]).read_text())
+        if "swap" in results:
+            for swap in results["swap"]["swaps"]:
+                swap["phases"] = split(swap["marks"])
+            results["swap"]["summary"] = swap_summary(results["swap"]["swaps"])
+        print(report(results))
+        return 0
     args = parse_args(argv)
     tools = require_tools()
+    require_fast_stack(args)
     if not os.environ.get("KUBEBUILDER_ASSETS"):
         done = subprocess.run(
             [str(REPO / "hack" / "build-controlplane.sh")], capture_output=True, text=True,
