@@ -8,7 +8,7 @@ ASSETS = $(shell hack/build-controlplane.sh 2>/dev/null | tail -n 1)
 # The Jaeger all-in-one (the e2e tier's trace backend), cached by version the same way.
 JAEGER = $(shell hack/build-jaeger.sh 2>/dev/null | tail -n 1)
 
-.PHONY: help venv controlplane-bins jaeger-bin test test-unit test-e2e lint demo dev clean bench manifests check-rbac
+.PHONY: help venv controlplane-bins jaeger-bin test test-unit test-e2e lint demo dev clean bench bench-proxy manifests check-rbac
 
 help:
 	@echo "make demo               run the whole system locally and show it working"
@@ -22,6 +22,7 @@ help:
 	@echo "make controlplane-bins  build kube-apiserver, kube-controller-manager, kubectl, etcd"
 	@echo "make jaeger-bin         build the Jaeger all-in-one (traces for test-e2e, demo, dev)"
 	@echo "make bench              controller benchmark: ours vs kopf vs controller-runtime"
+	@echo "make bench-proxy        data path: proxy vs direct vs nginx, held requests, swaps"
 
 $(BIN)/controlplane: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -68,7 +69,12 @@ dev: venv controlplane-bins jaeger-bin
 bench: venv controlplane-bins
 	$(BIN)/python -c 'import kopf' 2>/dev/null || $(BIN)/pip install --quiet -e '.[bench]'
 	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/python -m bench.controller_bench --objects 5000 \
-		--peers controller-runtime,kopf,ours $(BENCH_ARGS)
+		--peers controller-runtime,controller-runtime-typed,kopf,ours $(BENCH_ARGS)
+
+# The data-path benchmark (bench/README.md, "Data path"): needs nginx and wrk (apt-get install -y
+# nginx wrk); BENCH_ARGS adds options.
+bench-proxy: venv controlplane-bins
+	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/python -m bench.proxy_bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -44,7 +44,9 @@ BENCH = REPO / "bench"
 PEERS_DIR = BENCH / "peers"
 GO_PEER_DIR = PEERS_DIR / "controller-runtime"
 RESULTS_DIR = BENCH / "results"
-DEFAULT_PEERS = ("controller-runtime", "kopf", "ours")
+DEFAULT_PEERS = ("controller-runtime", "controller-runtime-typed", "kopf", "ours")
+#: The Go peers: one binary, unstructured by default, typed structs with ``--typed``.
+GO_PEERS = {"controller-runtime": [], "controller-runtime-typed": ["--typed"]}
 #: ``kopf-index`` is kopf holding every object in an index (a cache); slow to start, so optional.
 ALL_PEERS = (*DEFAULT_PEERS, "kopf-index")
 
@@ -85,6 +87,7 @@ def go_peer_binary() -> Path:
     """Build the controller-runtime peer unless its binary is newer than every source file."""
     binary = cache_root() / "bench-peers" / "controller-runtime-peer"
     sources = [GO_PEER_DIR / name for name in ("main.go", "go.mod", "go.sum")]
+    sources += sorted((GO_PEER_DIR / "api").rglob("*.go"))
     newest_source = max(path.stat().st_mtime for path in sources)
     if binary.is_file() and binary.stat().st_mtime > newest_source:
         log(f"controller-runtime peer is up to date ({binary})")
@@ -253,8 +256,8 @@ def cpu_seconds(pid: int) -> float:
 
 def peer_command(peer: str, go_binary: Path | None) -> list[str] | None:
     """The peer's command line, or None when the peer does not exist (yet)."""
-    if peer == "controller-runtime":
-        return [str(go_binary)] if go_binary is not None else None
+    if peer in GO_PEERS:
+        return [str(go_binary), *GO_PEERS[peer]] if go_binary is not None else None
     module = {"kopf": "kopf_peer", "kopf-index": "kopf_peer", "ours": "ours"}[peer]
     if not (PEERS_DIR / f"{module}.py").is_file():
         return None
@@ -634,7 +637,12 @@ def compare(by_peer: dict[str, dict[str, Any]], a: str, b: str) -> dict[str, flo
 def ratios_and_targets(results: dict[str, Any]) -> None:
     by_peer = {p["peer"]: p for p in results["peers"] if "error" not in p}
     ratios: dict[str, dict[str, float | None]] = {}
-    for a, b in (("ours", "kopf"), ("ours", "controller-runtime"), ("controller-runtime", "kopf")):
+    for a, b in (
+        ("ours", "kopf"),
+        ("ours", "controller-runtime"),
+        ("ours", "controller-runtime-typed"),
+        ("controller-runtime", "kopf"),
+    ):
         if a in by_peer and b in by_peer:
             ratios[f"{a}/{b}"] = compare(by_peer, a, b)
     targets: list[str] = []
@@ -648,6 +656,11 @@ def ratios_and_targets(results: dict[str, Any]) -> None:
                 f"{key} within 3x of controller-runtime",
                 ratios.get("ours/controller-runtime", {}).get(key),
                 1 / 3,
+            ),
+            (
+                f"{key} at least the typed controller-runtime peer's",
+                ratios.get("ours/controller-runtime-typed", {}).get(key),
+                1.0,
             ),
             (
                 "cached memory <= 2x raw JSON",
@@ -787,7 +800,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     commands: dict[str, list[str]] = {}
-    go_binary = go_peer_binary() if "controller-runtime" in args.peers else None
+    go_binary = go_peer_binary() if set(GO_PEERS) & set(args.peers) else None
     for peer in args.peers:
         command = peer_command(peer, go_binary)
         if command is None:

@@ -6,6 +6,7 @@ The same three parts as every subcommand: ``add_arguments``, ``settings_from``, 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -16,7 +17,12 @@ from controlplane.cliargs import first_error, host_port, positive_int
 from controlplane.preflight import EXIT_DENIED, PreflightDenied
 from controlplane.router.app import DEFAULT_MAX_BODY_BYTES
 from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
-from controlplane.router.settings import DEFAULT_BIND_ADDRESS, RouterProxySettings
+from controlplane.router.settings import (
+    DEFAULT_BIND_ADDRESS,
+    DEFAULT_UPSTREAM_CLIENT,
+    UPSTREAM_CLIENTS,
+    RouterProxySettings,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_BODY_BYTES,
         help="larger request bodies are refused with 413",
     )
+    parser.add_argument(
+        "--upstream-client",
+        choices=UPSTREAM_CLIENTS,
+        default=DEFAULT_UPSTREAM_CLIENT,
+        help="what forwards requests to members (aiohttp is the faster; httpx for comparison)",
+    )
 
 
 def settings_from(args: argparse.Namespace) -> RouterProxySettings:
@@ -56,7 +68,18 @@ def settings_from(args: argparse.Namespace) -> RouterProxySettings:
         preflight_cache_dir=args.preflight_cache_dir,
         lease_duration_seconds=args.lease_duration_seconds,
         max_body_bytes=args.max_body_bytes,
+        upstream_client=args.upstream_client,
     )
+
+
+def event_loop_options() -> dict[str, bool]:
+    """uvloop when it can be imported: the proxy's per-request cost is mostly event-loop and
+    socket work (bench/README.md, "Data path"). uvicorn picks httptools by itself the same way."""
+    try:
+        importlib.import_module("uvloop")
+    except ImportError:
+        return {"use_uvloop": False}
+    return {"use_uvloop": True}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
 
     code = 0
     try:
-        anyio.run(run_router_proxy, settings_from(args))
+        anyio.run(run_router_proxy, settings_from(args), backend_options=event_loop_options())
     except* PreflightDenied as denied:
         print(f"error: {first_error(denied)}", file=sys.stderr)
         code = EXIT_DENIED

@@ -28,8 +28,9 @@ from controlplane.router.app import (
 )
 from controlplane.router.lease import LeaseCoordinator
 from controlplane.router.settings import RouterProxySettings
+from controlplane.router.upstream import AiohttpTransport
 from controlplane.runtime.config import ClientConfig
-from controlplane.runtime.endpoints import ready_urls
+from controlplane.runtime.endpoints import member_urls
 from controlplane.runtime.httpserver import bind, serve
 from controlplane.runtime.informer import DeletedFinalStateUnknown, Informer
 from controlplane.runtime.manager import Manager, ManagerOptions
@@ -38,8 +39,6 @@ from controlplane.runtime.resources import ENDPOINT_SLICES, LEASES
 from controlplane.runtime.tracing import configure_tracing
 
 log = logging.getLogger(__name__)
-
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 
 class _Wake:
@@ -84,12 +83,8 @@ class CacheView:
         return self._isvcs.store.get(f"{self.namespace}/{name}")
 
     def member_urls(self, member: str) -> list[str]:
-        slices = [
-            s
-            for s in self._slices.store.objects()
-            if ((s.get("metadata") or {}).get("labels") or {}).get(SERVICE_NAME_LABEL) == member
-        ]
-        return sorted(set(ready_urls(slices)))
+        """By index, through the one function the pool controller uses too."""
+        return member_urls(self._slices.store, self.namespace, member)
 
 
 class ProxyServer:
@@ -142,7 +137,8 @@ def build_router_proxy(settings: RouterProxySettings) -> tuple[Manager, Activato
     context = ProxyContext(
         view.router, view.pool, view.isvc, manager.not_ready_reasons, settings.max_body_bytes
     )
-    http = httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT, trust_env=False)
+    transport = AiohttpTransport() if settings.upstream_client == "aiohttp" else None
+    http = httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT, trust_env=False, transport=transport)
     sock = bind(*settings.bind_address)
     manager.add(ProxyServer(build_app(context, activator, http), sock, http))
     log.info("router-proxy %s for router %s/%s", identity, ns, settings.router)

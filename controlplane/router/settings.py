@@ -13,6 +13,9 @@ from controlplane.router.app import DEFAULT_MAX_BODY_BYTES
 from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
 
 DEFAULT_BIND_ADDRESS = ("0.0.0.0", 8000)
+#: The upstream clients the proxy can forward with (bench/README.md, "Data path", chose aiohttp).
+UPSTREAM_CLIENTS = ("aiohttp", "httpx")
+DEFAULT_UPSTREAM_CLIENT = "aiohttp"
 
 
 @dataclass(frozen=True)
@@ -33,3 +36,5 @@ class RouterProxySettings:
     lease_duration_seconds: int = DEFAULT_LEASE_DURATION_SECONDS
     #: Larger request bodies are refused with 413.
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    #: What carries requests to members: aiohttp's pool behind httpx's interface, or httpcore's.
+    upstream_client: str = DEFAULT_UPSTREAM_CLIENT

@@ -27,8 +27,15 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening socket; port 0 picks a free one (read it back with ``getsockname``)."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    """A listening socket; port 0 picks a free one (read it back with ``getsockname``).
+
+    The protocol is named (``IPPROTO_TCP``), not left 0: accepted sockets inherit it, and asyncio
+    sets ``TCP_NODELAY`` on a transport only when its socket says TCP. Without it every response
+    on a kept-alive connection after the first waited about 40 ms (Nagle's algorithm meeting the
+    client's delayed ACK): bench/README.md, "Data path".
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(1024)

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
-from controlplane.runtime.endpoints import connect_host, ready_urls
+from controlplane.controllers.modelpool import ModelPoolReconciler
+from controlplane.controllers.modelpool.intent import LeaseObserver
+from controlplane.router.process import CacheView
+from controlplane.runtime.cache import Object, Store
+from controlplane.runtime.client import KubeClient
+from controlplane.runtime.endpoints import (
+    MEMBER_PORT_NAME,
+    SERVICE_NAME_LABEL,
+    connect_host,
+    member_urls,
+    ready_urls,
+)
+from controlplane.runtime.events import EventRecorder
+from controlplane.runtime.informer import Informer
 
 
 def _slice(address_type: str, *endpoints: tuple[str, bool], port: int = 8080) -> dict[str, Any]:
@@ -32,3 +46,79 @@ def test_only_ready_endpoints_on_the_named_port() -> None:
     assert ready_urls(slices, "http") == ["http://127.0.0.1:41000"]
     assert ready_urls(slices) == ["http://127.0.0.1:41000", "http://10.0.0.9:9090"]
     assert ready_urls([]) == []
+
+
+# -- a member's URLs: one function for the router-proxy and the pool controller -------------------
+
+
+def _member_slice(namespace: str, name: str, service: str, host: str, port: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "resourceVersion": "1",
+            "labels": {SERVICE_NAME_LABEL: service},
+        },
+        "addressType": "FQDN",
+        "ports": [{"name": "metrics", "port": 9090}, {"name": MEMBER_PORT_NAME, "port": port}],
+        "endpoints": [{"addresses": [host], "conditions": {"ready": True}}],
+    }
+
+
+class _CountingStore(Store):
+    """Counts decodes: an index look-up decodes only the member's own slices."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.decoded: list[str] = []
+
+    def get(self, key: str) -> Object | None:
+        self.decoded.append(key)
+        return super().get(key)
+
+    def objects(self) -> list[Object]:
+        raise AssertionError("a member's URLs must not scan every slice")
+
+
+def _slices() -> _CountingStore:
+    store = _CountingStore()
+    store.upsert(_member_slice("ns", "a-1", "a", "a-0.ns.localhost", 41001))
+    store.upsert(_member_slice("ns", "a-2", "a", "a-1.ns.localhost", 41002))
+    store.upsert(_member_slice("other", "a-1", "a", "a-0.other.localhost", 42001))
+    for i in range(50):
+        store.upsert(_member_slice("ns", f"x-{i}", f"x{i}", f"x{i}.ns.localhost", 43000 + i))
+    return store
+
+
+def test_member_urls_are_an_index_look_up_on_the_named_port() -> None:
+    store = _slices()
+    assert member_urls(store, "ns", "a") == ["http://127.0.0.1:41001", "http://127.0.0.1:41002"]
+    assert sorted(store.decoded) == ["ns/a-1", "ns/a-2"]  # neither other namespaces nor members
+    assert member_urls(store, "ns", "missing") == []
+    assert member_urls(store, "other", "a") == ["http://127.0.0.1:42001"]
+
+
+def test_router_and_pool_controller_agree_on_a_members_urls() -> None:
+    store = _slices()
+    slices = cast(Informer, SimpleNamespace(store=store))
+    absent = cast(Informer, SimpleNamespace(store=Store()))
+    view = CacheView("ns", "router", absent, absent, absent, slices)
+    isvcs = Store()
+    isvcs.upsert({"metadata": {"name": "a", "namespace": "ns"}, "spec": {"replicas": 1}})
+    reconciler = ModelPoolReconciler(
+        cast(KubeClient, None),
+        cast(EventRecorder, None),
+        pools=absent,
+        inference_services=cast(Informer, SimpleNamespace(store=isvcs)),
+        deployments=absent,
+        pods=absent,
+        endpoint_slices=slices,
+        leases=absent,
+        observer=LeaseObserver(),
+        probes={},
+    )
+    expected = member_urls(store, "ns", "a")
+    assert view.member_urls("a") == expected
+    assert list(reconciler.member_state("ns", "a").urls) == expected

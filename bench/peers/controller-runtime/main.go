@@ -23,7 +23,9 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,6 +33,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	benchv1alpha1 "modelpool.dev/bench/controller-runtime-peer/api/v1alpha1"
 )
 
 var stdout sync.Mutex
@@ -74,6 +78,7 @@ func rssBytes() int64 {
 type counter struct {
 	client client.Reader
 	gvk    schema.GroupVersionKind
+	typed  bool // typed structs (generated DeepCopy) instead of unstructured
 	target int64
 	replay int64 // spec.round of the replayed burst; 0 for none
 	expect int
@@ -91,12 +96,21 @@ type counter struct {
 }
 
 func (c *counter) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	obj := &unstructured.Unstructured{}
-	obj.SetGroupVersionKind(c.gvk)
-	if err := c.client.Get(ctx, req.NamespacedName, obj); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+	var round int64
+	if c.typed {
+		obj := &benchv1alpha1.BenchObject{}
+		if err := c.client.Get(ctx, req.NamespacedName, obj); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+		round = obj.Spec.Round
+	} else {
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(c.gvk)
+		if err := c.client.Get(ctx, req.NamespacedName, obj); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+		round, _, _ = unstructured.NestedInt64(obj.Object, "spec", "round")
 	}
-	round, _, _ := unstructured.NestedInt64(obj.Object, "spec", "round")
 	key := req.String()
 
 	c.mu.Lock()
@@ -138,6 +152,7 @@ func main() {
 	version := flag.String("version", "", "API version")
 	plural := flag.String("plural", "", "resource plural (unused: the kind addresses the resource)")
 	kind := flag.String("kind", "", "kind")
+	typed := flag.Bool("typed", false, "reconcile typed Go structs (generated DeepCopy), not unstructured")
 	flag.Parse()
 	_ = plural
 	if *expect <= 0 || *group == "" || *version == "" || *kind == "" {
@@ -146,6 +161,17 @@ func main() {
 	}
 	ctrl.SetLogger(logr.Discard())
 	gvk := schema.GroupVersionKind{Group: *group, Version: *version, Kind: *kind}
+	if *typed && (gvk.GroupVersion() != benchv1alpha1.GroupVersion || *kind != "BenchObject") {
+		fmt.Fprintln(os.Stderr, "controller-runtime-peer: --typed knows only", benchv1alpha1.GroupVersion.WithKind("BenchObject"))
+		os.Exit(2)
+	}
+	scheme := k8sruntime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		fail(err)
+	}
+	if err := benchv1alpha1.AddToScheme(scheme); err != nil {
+		fail(err)
+	}
 	emit("ready", nil)
 
 	ctx, cancel := context.WithCancel(ctrl.SetupSignalHandler())
@@ -160,7 +186,8 @@ func main() {
 		fail(err)
 	}
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
-		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{*namespace: {}}},
+		Scheme: scheme,
+		Cache:  cache.Options{DefaultNamespaces: map[string]cache.Config{*namespace: {}}},
 		// Without this the client reads unstructured objects from the API server, not the cache.
 		Client:                 client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -171,11 +198,15 @@ func main() {
 		fail(err)
 	}
 	c := &counter{
-		client: mgr.GetClient(), gvk: gvk, target: *target, replay: *replay, expect: *expect,
+		client: mgr.GetClient(), gvk: gvk, typed: *typed, target: *target, replay: *replay, expect: *expect,
 		seen: map[string]struct{}{}, atTarget: map[string]struct{}{}, atReplay: map[string]struct{}{},
 	}
-	forType := &unstructured.Unstructured{}
-	forType.SetGroupVersionKind(gvk)
+	var forType client.Object = &benchv1alpha1.BenchObject{}
+	if !*typed {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(gvk)
+		forType = u
+	}
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named("bench").
 		For(forType).
@@ -194,14 +225,18 @@ func main() {
 
 // waitForCache announces synced once the informer's store holds every expected object.
 func waitForCache(ctx context.Context, mgr manager.Manager, c *counter, gvk schema.GroupVersionKind, namespace string) {
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	var list client.ObjectList = &benchv1alpha1.BenchObjectList{}
+	if !c.typed {
+		u := &unstructured.UnstructuredList{}
+		u.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		list = u
+	}
 	for ctx.Err() == nil {
 		err := mgr.GetCache().List(ctx, list, client.InNamespace(namespace), client.UnsafeDisableDeepCopy)
-		if err == nil && len(list.Items) >= c.expect {
+		if n := listLen(list); err == nil && n >= c.expect {
 			c.mu.Lock()
 			c.synced = true
-			emit("synced", map[string]any{"objects": len(list.Items)})
+			emit("synced", map[string]any{"objects": n})
 			c.announce()
 			c.mu.Unlock()
 			// The resident set right after the list still holds garbage the collector has not
@@ -215,6 +250,16 @@ func waitForCache(ctx context.Context, mgr manager.Manager, c *counter, gvk sche
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+func listLen(list client.ObjectList) int {
+	switch l := list.(type) {
+	case *benchv1alpha1.BenchObjectList:
+		return len(l.Items)
+	case *unstructured.UnstructuredList:
+		return len(l.Items)
+	}
+	return 0
 }
 
 func progress(ctx context.Context, c *counter) {

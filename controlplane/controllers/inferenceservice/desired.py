@@ -21,6 +21,7 @@ from controlplane.controllers.children import (
     resource_requirements,
     with_spec_hash,
 )
+from controlplane.runtime.endpoints import MEMBER_PORT_NAME
 
 #: Labels on everything the controller creates; the last one is the selector.
 NAME_LABEL: Final = "app.kubernetes.io/name"
@@ -29,7 +30,7 @@ ISVC_LABEL: Final = "inference.modelpool.dev/inferenceservice"
 SERVER_NAME: Final = "llama-server"
 
 CONTAINER_NAME: Final = "server"
-PORT_NAME: Final = "http"
+PORT_NAME: Final = MEMBER_PORT_NAME
 HEALTH_PATH: Final = "/health"
 #: A model load takes minutes: liveness starts judging only after this long, so a slow load is
 #: never killed; readiness (no delay) is what gates traffic.

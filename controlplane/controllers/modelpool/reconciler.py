@@ -76,7 +76,7 @@ from controlplane.api.v1alpha1.modelpool import (
     PHASES,
     parse_duration,
 )
-from controlplane.controllers.inferenceservice.desired import ISVC_LABEL, PORT_NAME
+from controlplane.controllers.inferenceservice.desired import ISVC_LABEL
 from controlplane.controllers.memberwrites import MEMBER_WRITE_CONFLICTS
 from controlplane.controllers.modelpool import metrics
 from controlplane.controllers.modelpool.grant import granted_by, lists_member, set_grant
@@ -102,7 +102,7 @@ from controlplane.probes.llamacpp import SlotsProbe
 from controlplane.runtime.cache import LABEL_INDEX, NAMESPACE_INDEX, Object
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.controller import Request, Result
-from controlplane.runtime.endpoints import ready_urls
+from controlplane.runtime.endpoints import SERVICE_NAME_LABEL, member_urls
 from controlplane.runtime.errors import Conflict, NotFound
 from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
@@ -115,8 +115,6 @@ tracer = trace.get_tracer("controlplane.controllers.modelpool")
 
 CONTROLLER_NAME: Final = "modelpool"
 EVENT_REPORTER: Final = "modelpool-operator/modelpool"
-#: The label the endpoint controller (and the node stand-in) puts on a Service's slices.
-SERVICE_NAME_LABEL: Final = "kubernetes.io/service-name"
 #: Probes per pool run concurrently; members are at most 32 (the API's bound).
 MAX_CONCURRENT_RECONCILES: Final = 4
 #: The Event reason (and outcome name) of a member write refused with 409.
@@ -192,20 +190,13 @@ class ModelPoolReconciler:
             return MemberState(name, found=False, replicas=0)
         spec = isvc.get("spec") or {}
         replicas = spec.get("replicas")
-        slices = [
-            s
-            for key in self._in_namespace(
-                self.endpoint_slices, f"{SERVICE_NAME_LABEL}={name}", namespace
-            )
-            if (s := self.endpoint_slices.store.get(key)) is not None
-        ]
         pods = self._in_namespace(self.pods, f"{ISVC_LABEL}={name}", namespace)
         return MemberState(
             name,
             replicas=1 if replicas is None else int(replicas),
             runtime=str(spec.get("runtime") or RUNTIME_LLAMACPP),
             phase=(isvc.get("status") or {}).get("phase"),
-            urls=tuple(sorted(set(ready_urls(slices, PORT_NAME)))),
+            urls=tuple(member_urls(self.endpoint_slices.store, namespace, name)),
             pods=len(pods),
             deployment_drained=deployment_drained(
                 self.deployments.store.get(f"{namespace}/{name}")
