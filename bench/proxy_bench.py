@@ -50,7 +50,10 @@ from bench.dataplane_clients import chat_body
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.api.v1alpha1.activation import TARGET_ANNOTATION, pool_lease_name
 from controlplane.controllers.rbac import ROUTER_PROXY_RULES
-from controlplane.dev import (
+from controlplane.envtest import ControlPlane
+from controlplane.envtest.binaries import find_binaries
+from controlplane.envtest.process import free_port
+from controlplane.local.system import (
     MANIFESTS,
     NodeStandInProcess,
     OperatorProcess,
@@ -59,9 +62,6 @@ from controlplane.dev import (
     operator_kubeconfig,
     service_account_token,
 )
-from controlplane.envtest import ControlPlane
-from controlplane.envtest.binaries import find_binaries
-from controlplane.envtest.process import free_port
 from controlplane.runtime.cache import Store
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.config import ClientConfig
