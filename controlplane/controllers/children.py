@@ -23,6 +23,9 @@ from typing import Any, Final
 import msgspec
 
 #: Label on everything the operator creates (informers of owned kinds may filter on it).
+#: The recommended labels on everything the controllers create.
+NAME_LABEL: Final = "app.kubernetes.io/name"
+INSTANCE_LABEL: Final = "app.kubernetes.io/instance"
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "modelpool-operator"
 SPEC_HASH_ANNOTATION: Final = "inference.modelpool.dev/spec-hash"

@@ -16,16 +16,16 @@ from controlplane.api.v1alpha1 import InferenceService
 from controlplane.api.v1alpha1.inferenceservice import DEFAULT_IMAGE, DEFAULT_PORT
 from controlplane.api.v1alpha1.meta import API_VERSION
 from controlplane.controllers.children import (
+    INSTANCE_LABEL,
     MANAGED_BY,
     MANAGED_BY_LABEL,
+    NAME_LABEL,
     resource_requirements,
     with_spec_hash,
 )
 from controlplane.runtime.endpoints import MEMBER_PORT_NAME
 
 #: Labels on everything the controller creates; the last one is the selector.
-NAME_LABEL: Final = "app.kubernetes.io/name"
-INSTANCE_LABEL: Final = "app.kubernetes.io/instance"
 ISVC_LABEL: Final = "inference.modelpool.dev/inferenceservice"
 SERVER_NAME: Final = "llama-server"
 

@@ -30,16 +30,16 @@ from controlplane.api.v1alpha1.modelrouter import (
     ModelRouter,
 )
 from controlplane.controllers.children import (
+    INSTANCE_LABEL,
     MANAGED_BY,
     MANAGED_BY_LABEL,
+    NAME_LABEL,
     resource_requirements,
     with_spec_hash,
 )
 from controlplane.controllers.rbac import ROUTER_PROXY_RULES
 from controlplane.runtime.rbac import compact
 
-NAME_LABEL: Final = "app.kubernetes.io/name"
-INSTANCE_LABEL: Final = "app.kubernetes.io/instance"
 ROUTER_LABEL: Final = "inference.modelpool.dev/modelrouter"
 PROXY_NAME: Final = "router-proxy"
 
