@@ -10,10 +10,13 @@ from typing import Any, cast
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
+from controlplane.api.v1alpha1.activation import new_pool_lease
+from controlplane.api.v1alpha1.inferenceservice import RUNTIME_LLAMACPP
 from controlplane.controllers.memberwrites import MEMBER_WRITE_CONFLICTS_NAME
 from controlplane.controllers.modelpool import REASON_MEMBER_WRITE_CONFLICT, ModelPoolReconciler
 from controlplane.controllers.modelpool.grant import granted_by
 from controlplane.controllers.modelpool.intent import LeaseObserver
+from controlplane.probes.idle import IdleOutcome, IdleReport
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.controller import Request, Result
 from controlplane.runtime.errors import Conflict
@@ -143,3 +146,52 @@ async def test_the_owner_write_grants_and_the_drain_write_revokes() -> None:
         ("a", 1, pool)
     ]
     assert conflicts(pool, "a") == 0
+
+
+class FailingProbe:
+    """An idle probe whose every answer is unproven (a 500, a timeout, a body that is not slots)."""
+
+    def __init__(self) -> None:
+        self.probed: list[str] = []
+
+    async def probe(self, base_url: str, *, member: str = "") -> IdleReport:
+        self.probed.append(base_url)
+        return IdleReport(IdleOutcome.FAILED, "/slots answered 500")
+
+
+@pytest.mark.anyio
+async def test_a_failed_idle_check_defers_the_drain_and_never_forces_it() -> None:
+    """a is the Ready resident serving at an endpoint; an intent asks for b. The probe cannot
+    prove a idle: a must not be written (no drain, no owner up), the pool says IdleCheckFailed."""
+    api, events, probe = FakeApi(), Events(), FailingProbe()
+    pool = "deferring"
+    resident = {**member("a", 1, grant=pool), "status": {"phase": "Ready"}}
+    owner = reconciler(api, events, pool, resident, member("b", 0))
+    owner.probes = {RUNTIME_LLAMACPP: probe}
+    owner.endpoint_slices.store.upsert(
+        {
+            "metadata": {
+                "name": "a-slice",
+                "namespace": NS,
+                "labels": {"kubernetes.io/service-name": "a"},
+            },
+            "addressType": "FQDN",
+            "ports": [{"name": "http", "port": 18080}],
+            "endpoints": [{"addresses": ["a-0.ns.localhost"], "conditions": {"ready": True}}],
+        }
+    )
+    lease = new_pool_lease(NS, pool, "router-0", "b", 60)
+    owner.leases.store.upsert(lease)
+    owner.observer.on_add(lease, True)
+    cached = owner.pools.store.get(f"{NS}/{pool}")
+    assert cached is not None
+    owner.pools.store.upsert({**cached, "status": {"residentMember": "a"}})
+
+    result = await owner.reconcile(Request(NS, pool))
+
+    assert probe.probed == ["http://127.0.0.1:18080"]
+    assert api.updates == [], "a member was scaled although its idle check failed"
+    status = api.status_writes[-1]["status"]
+    deferred = next(c for c in status["conditions"] if c["type"] == "SwapDeferred")
+    assert (deferred["status"], deferred["reason"]) == ("True", "IdleCheckFailed")
+    assert result.requeue_after is not None, "a deferred drain must be probed again"
