@@ -28,6 +28,12 @@ NAME_LABEL: Final = "app.kubernetes.io/name"
 INSTANCE_LABEL: Final = "app.kubernetes.io/instance"
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "modelpool-operator"
+#: Server-side apply's field manager for everything the controllers write.
+FIELD_MANAGER: Final = MANAGED_BY
+#: Condition reasons every controller with a Deployment child reports alike.
+REASON_NOT_OWNED: Final = "NotOwned"
+REASON_DEPLOYMENT_CREATING: Final = "DeploymentCreating"
+REASON_DEPLOYMENT_NOT_OBSERVED: Final = "DeploymentNotObserved"
 SPEC_HASH_ANNOTATION: Final = "inference.modelpool.dev/spec-hash"
 
 #: The reason a Deployment's ``Progressing`` condition gives once its deadline has passed.

@@ -374,10 +374,8 @@ class Activator:
                 event = self.notifier.snapshot()
                 wait = POLL_SECONDS  # woken earlier by any change; this is the backstop
                 if swap.holding:
-                    await self._keep(swap)
-                    if swap.outcome == "lost":
-                        swap.outcome = "pending"
-                        continue  # judged again at once: claim again, or wait for the holder
+                    if not await self._keep(swap):
+                        continue  # lost: judged again at once, claim again or wait for the holder
                     wait = self._holder_sleep(swap)
                 elif self.turns.setdefault(swap.pool, swap) is swap:
                     resident = self.resident(swap.pool)
@@ -424,15 +422,15 @@ class Activator:
         swap.maybe_held = False
         if claim.held:
             swap.holding = True
-            swap.outcome = "pending"
             swap.origin = resident
             swap.claimed_at = swap.renew_sent_at = swap.renewed_ok_at = sent
             log.info("pool %s: claimed the Lease for %s", swap.pool, swap.member)
         else:
             log.debug("pool %s: Lease held by %s for %s", swap.pool, claim.holder, claim.target)
 
-    async def _keep(self, swap: Swap) -> None:
-        """Renew when due; count the Lease lost when it is not ours or was not renewed in time."""
+    async def _keep(self, swap: Swap) -> bool:
+        """Renew when due; False (and no longer holding) when the Lease is not ours any more or
+        was not renewed in time."""
         now = self.clock()
         if now - swap.renew_sent_at >= self.coordinator.renew_interval:
             swap.renew_sent_at = now
@@ -441,15 +439,16 @@ class Activator:
                 swap.renewed_ok_at = now
             elif renewal is Renewal.LOST:
                 self._lose(swap, "it is no longer ours")
-                return
+                return False
         if self.clock() - swap.renewed_ok_at >= self.coordinator.duration:
             self._lose(swap, f"it was not renewed within {self.coordinator.duration} s")
             swap.maybe_held = True  # it may still read as ours: release it if we end
+            return False
+        return True
 
     def _lose(self, swap: Swap, why: str) -> None:
         log.warning("pool %s: lost the Lease while bringing up %s: %s", swap.pool, swap.member, why)
         swap.holding = False
-        swap.outcome = "lost"
 
     async def _finish(self, swap: Swap) -> None:
         pool, member = swap.pool, swap.member

@@ -45,7 +45,7 @@ from typing import Any, Final
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
 from controlplane.api.v1alpha1.inferenceservice import PHASE_FAILED, PHASE_PENDING
 from controlplane.clock import TimeSource
-from controlplane.controllers.children import foreign_child, needs_apply
+from controlplane.controllers.children import FIELD_MANAGER, foreign_child, needs_apply
 from controlplane.controllers.inferenceservice.desired import (
     ISVC_LABEL,
     desired_deployment,
@@ -77,7 +77,6 @@ from controlplane.runtime.resources import DEPLOYMENTS, PODS, SERVICES
 log = logging.getLogger(__name__)
 
 CONTROLLER_NAME: Final = "inferenceservice"
-FIELD_MANAGER: Final = "modelpool-operator"
 EVENT_REPORTER: Final = "modelpool-operator/inferenceservice"
 MAX_CONCURRENT_RECONCILES: Final = 2
 

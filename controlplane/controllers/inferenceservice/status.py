@@ -57,13 +57,16 @@ from controlplane.api.v1alpha1.inferenceservice import (
     PHASE_STOPPED,
 )
 from controlplane.api.v1alpha1.modelpool import PHASE_SWAPPING
-from controlplane.controllers.children import PROGRESS_DEADLINE_EXCEEDED, progress_deadline_exceeded
+from controlplane.controllers.children import (
+    PROGRESS_DEADLINE_EXCEEDED,
+    REASON_DEPLOYMENT_CREATING,
+    REASON_DEPLOYMENT_NOT_OBSERVED,
+    REASON_NOT_OWNED,
+    progress_deadline_exceeded,
+)
 from controlplane.controllers.inferenceservice.desired import endpoint
 
 CONDITION_READY: Final = "Ready"
-REASON_NOT_OWNED: Final = "NotOwned"
-REASON_DEPLOYMENT_CREATING: Final = "DeploymentCreating"
-REASON_DEPLOYMENT_NOT_OBSERVED: Final = "DeploymentNotObserved"
 REASON_SERVER_READY: Final = "ServerReady"
 REASON_SCALED_TO_ZERO: Final = "ScaledToZero"
 REASON_PROGRESS_DEADLINE: Final = PROGRESS_DEADLINE_EXCEEDED

@@ -30,6 +30,7 @@ from controlplane.api.v1alpha1.modelrouter import (
     ModelRouter,
 )
 from controlplane.controllers.children import (
+    FIELD_MANAGER,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     foreign_child,
@@ -70,7 +71,6 @@ from controlplane.runtime.resources import (
 log = logging.getLogger(__name__)
 
 CONTROLLER_NAME: Final = "modelrouter"
-FIELD_MANAGER: Final = "modelpool-operator"
 EVENT_REPORTER: Final = "modelpool-operator/modelrouter"
 MAX_CONCURRENT_RECONCILES: Final = 2
 #: What the informers of the kinds only routers create (ServiceAccounts, Roles, RoleBindings)

@@ -45,15 +45,15 @@ from controlplane.api.v1alpha1.modelrouter import (
 )
 from controlplane.controllers.children import (
     PROGRESS_DEADLINE_EXCEEDED,
+    REASON_DEPLOYMENT_CREATING,
+    REASON_DEPLOYMENT_NOT_OBSERVED,
+    REASON_NOT_OWNED,
     deployment_condition,
     progress_deadline_exceeded,
 )
 from controlplane.controllers.modelrouter.desired import endpoint
 from controlplane.runtime.errors import Forbidden
 
-REASON_NOT_OWNED: Final = "NotOwned"
-REASON_DEPLOYMENT_CREATING: Final = "DeploymentCreating"
-REASON_DEPLOYMENT_NOT_OBSERVED: Final = "DeploymentNotObserved"
 REASON_PROGRESS_DEADLINE: Final = PROGRESS_DEADLINE_EXCEEDED
 REASON_PROXY_AVAILABLE: Final = "ProxyAvailable"
 REASON_PROXY_UNDER_STRENGTH: Final = "ProxyUnderStrength"
