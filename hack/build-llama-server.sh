@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Build llama.cpp's `llama-server` (CPU only) from the source that the PyPI sdist of
+# llama-cpp-python ships under vendor/llama.cpp, for the members that run the real server.
+#
+# Why from that sdist: these machines reach PyPI but not GitHub releases, and the sdist carries
+# llama.cpp's official tree (tools/server, gguf-py and the vocab-only GGUF files the tiny-model
+# generator reads its tokenizer from). Only the server target is built; nothing is downloaded at
+# build time (no curl, no prebuilt web UI), and ggml/llama are linked in statically so the binary
+# needs only the C/C++ runtime.
+#
+# The binary and the extracted source land in a cache folder keyed by version and are never
+# rebuilt when present. LLAMA_SERVER_BINARY pointing at an executable wins and nothing is built.
+#
+# Prints the path of the binary on its last line of stdout; the source tree (for the vocab files)
+# is the binary's folder's `src` link.
+set -euo pipefail
+
+LLAMA_CPP_PYTHON_VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+CACHE_ROOT="${CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/modelpool-controlplane}"
+BIN_DIR="$CACHE_ROOT/bin/llama-server-${LLAMA_CPP_PYTHON_VERSION}"
+SRC_ROOT="$CACHE_ROOT/src/llama-cpp-python-${LLAMA_CPP_PYTHON_VERSION}"
+BINARY="$BIN_DIR/llama-server"
+PYTHON="${PYTHON:-python3}"
+
+log() { echo "[llama-server-bin] $*" >&2; }
+
+if [ -n "${LLAMA_SERVER_BINARY:-}" ] && [ -x "$LLAMA_SERVER_BINARY" ]; then
+  log "using LLAMA_SERVER_BINARY=$LLAMA_SERVER_BINARY (nothing to build)"
+  echo "$LLAMA_SERVER_BINARY"; exit 0
+fi
+if [ -x "$BINARY" ] && [ -d "$BIN_DIR/src" ]; then
+  log "binary present: $BINARY (nothing to build)"
+  echo "$BINARY"; exit 0
+fi
+
+for tool in cmake ninja g++; do
+  command -v "$tool" >/dev/null || {
+    log "error: '$tool' is not on PATH; it is needed to build llama-server (apt-get install -y cmake ninja-build g++)"
+    exit 1
+  }
+done
+mkdir -p "$BIN_DIR" "$SRC_ROOT"
+start=$(date +%s)
+
+sdist="$SRC_ROOT/llama_cpp_python-${LLAMA_CPP_PYTHON_VERSION}.tar.gz"
+if [ ! -f "$sdist" ]; then
+  log "downloading the llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sdist from the package index"
+  "$PYTHON" -m pip download --quiet --no-deps --no-binary :all: --dest "$SRC_ROOT" \
+    "llama-cpp-python==${LLAMA_CPP_PYTHON_VERSION}" >&2
+fi
+tree="$SRC_ROOT/llama_cpp_python-${LLAMA_CPP_PYTHON_VERSION}"
+[ -d "$tree" ] || tar -xzf "$sdist" -C "$SRC_ROOT"
+# CMake is given the real path: configured through a symlink, ninja regenerates forever.
+llama_src=$(realpath "$tree/vendor/llama.cpp")
+[ -f "$llama_src/tools/server/server.cpp" ] || { log "error: no llama.cpp server source in $llama_src"; exit 1; }
+
+build="$SRC_ROOT/build"
+log "configuring llama.cpp from $llama_src (server only, CPU, static)"
+cmake -S "$llama_src" -B "$build" -G Ninja \
+  -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF \
+  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF >&2
+log "building llama-server (about 8 minutes on 2 cores)"
+cmake --build "$build" --target llama-server -j "$(nproc)" >&2
+cp "$build/bin/llama-server" "$BINARY.tmp"
+mv "$BINARY.tmp" "$BINARY"
+ln -sfn "$llama_src" "$BIN_DIR/src"
+log "built in $(( $(date +%s) - start )) s: $BINARY ($("$BINARY" --version 2>&1 | grep -m1 version || true))"
+echo "$BINARY"
