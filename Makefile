@@ -8,7 +8,8 @@ ASSETS = $(shell hack/build-controlplane.sh 2>/dev/null | tail -n 1)
 # The Jaeger all-in-one (the e2e tier's trace backend), cached by version the same way.
 JAEGER = $(shell hack/build-jaeger.sh 2>/dev/null | tail -n 1)
 
-.PHONY: help venv controlplane-bins jaeger-bin test test-unit test-e2e lint demo dev clean bench bench-proxy manifests check-rbac
+.PHONY: help venv controlplane-bins jaeger-bin test test-unit test-e2e lint demo dev clean bench bench-proxy manifests check-rbac \
+	image kind-up deploy undeploy kind-down
 
 help:
 	@echo "make demo               run the whole system locally and show it working"
@@ -23,6 +24,11 @@ help:
 	@echo "make jaeger-bin         build the Jaeger all-in-one (traces for test-e2e, demo, dev)"
 	@echo "make bench              controller benchmark: ours vs kopf vs controller-runtime"
 	@echo "make bench-proxy        data path: proxy vs direct vs nginx, held requests, swaps"
+	@echo "make image              build the project image with no registry (starts Docker if needed)"
+	@echo "make kind-up            a one-node kind cluster from a node image built here (cached)"
+	@echo "make deploy             kind-up, image built and loaded, operator applied and ready"
+	@echo "make undeploy           remove what deploy applied (CRDs and every pool with them)"
+	@echo "make kind-down          delete the kind cluster"
 
 $(BIN)/controlplane: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +81,25 @@ bench: venv controlplane-bins
 # nginx wrk); BENCH_ARGS adds options.
 bench-proxy: venv controlplane-bins
 	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/python -m bench.proxy_bench $(BENCH_ARGS)
+
+# The cluster tier (docs/kind.md): every image and the kind node are built here, no registry.
+image:
+	hack/build-image.sh
+
+kind-up:
+	hack/kind-up.sh
+
+deploy:
+	hack/deploy.sh
+
+undeploy:
+	hack/deploy.sh --delete
+
+kind-down:
+	@tools=$$(hack/build-kind-tools.sh 2>/dev/null | tail -n 1); \
+	  if $$tools/kind get clusters 2>/dev/null | grep -qx "$${KIND_CLUSTER:-modelpool}"; then \
+	    $$tools/kind delete cluster --name "$${KIND_CLUSTER:-modelpool}"; \
+	  else echo "no kind cluster $${KIND_CLUSTER:-modelpool}"; fi
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

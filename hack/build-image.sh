@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Build the project image (operator, router-proxy, simulator: one image, `controlplane` as its
+# entrypoint, user 65532) with no registry: a Debian bookworm root filesystem made here, the
+# project and its pinned dependencies installed from wheels into a virtualenv inside it, then
+# `docker import`. The Dockerfile beside it builds the same contents for a Docker that reaches a
+# registry (tests/e2e compares the two: entrypoint, user, installed packages).
+#
+# Why not the Dockerfile here: its base image lives in a registry these machines cannot reach.
+# The Debian root (debootstrap --variant=minbase, python3) is cached by suite in the cache folder;
+# the wheels are built by the host's pip (same Python minor, same glibc as bookworm).
+#
+# The tag is a hash of what went in (the wheels and the root's package list), so a code change
+# gives a new tag and `make deploy` rolls it out. IMAGE_REPOSITORY names the repository.
+# Prints the image reference (repository:tag) on its last line of stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUITE="${DEBIAN_SUITE:-bookworm}"
+IMAGE_REPOSITORY="${IMAGE_REPOSITORY:-modelpool.dev/controlplane}"
+CACHE_ROOT="${CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/modelpool-controlplane}"
+BASE_ROOT="$CACHE_ROOT/rootfs/python-${SUITE}"
+PYTHON="${PYTHON:-python3}"
+UID_GID=65532
+
+log() { echo "[image] $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "building a root filesystem needs root (debootstrap, chroot)"
+hack/docker-engine.sh >/dev/null
+start=$(date +%s)
+
+if [ ! -x "$BASE_ROOT/usr/bin/python3" ]; then
+  command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null \
+    || die "apt-get install debootstrap failed"
+  log "making a Debian $SUITE root with python3 (debootstrap, a few minutes, cached)"
+  rm -rf "$BASE_ROOT.tmp" && mkdir -p "$(dirname "$BASE_ROOT")"
+  debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates "$SUITE" "$BASE_ROOT.tmp" >&2 \
+    || die "debootstrap failed (log: $BASE_ROOT.tmp/debootstrap/debootstrap.log)"
+  chroot "$BASE_ROOT.tmp" groupadd --system --gid "$UID_GID" controlplane
+  chroot "$BASE_ROOT.tmp" useradd --system --uid "$UID_GID" --gid "$UID_GID" --no-create-home \
+    --home-dir /nonexistent --shell /usr/sbin/nologin controlplane
+  rm -rf "$BASE_ROOT.tmp"/var/cache/apt/archives/*.deb "$BASE_ROOT.tmp"/var/lib/apt/lists/*
+  mv "$BASE_ROOT.tmp" "$BASE_ROOT"
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+log "building wheels of the project and its pinned dependencies"
+"$PYTHON" -m pip wheel --quiet --wheel-dir "$work/wheels" . >&2 || die "pip wheel failed"
+tag=$( { (cd "$work/wheels" && sha256sum ./*.whl); chroot "$BASE_ROOT" dpkg-query -W; } | sha256sum | cut -c1-12)
+image="$IMAGE_REPOSITORY:dev-$tag"
+if docker image inspect "$image" >/dev/null 2>&1; then
+  log "image present: $image (nothing to build)"
+  echo "$image"; exit 0
+fi
+
+root="$work/root"
+cp -a "$BASE_ROOT" "$root"
+cp -r "$work/wheels" "$root/tmp/wheels"
+chroot "$root" python3 -m venv /opt/modelpool
+chroot "$root" /opt/modelpool/bin/pip install --quiet --no-index --no-cache-dir \
+  --find-links /tmp/wheels modelpool-controlplane >&2 || die "installing the project in the image failed"
+rm -rf "$root/tmp/wheels" "$root/root/.cache"
+find "$root/opt/modelpool" -name __pycache__ -prune -exec rm -rf {} +
+
+log "importing $image"
+tar -C "$root" --numeric-owner -c . | docker import \
+  -c "USER $UID_GID:$UID_GID" \
+  -c 'WORKDIR /' \
+  -c 'ENV PATH=/opt/modelpool/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+  -c 'ENV PYTHONDONTWRITEBYTECODE=1' \
+  -c 'ENV PYTHONUNBUFFERED=1' \
+  -c 'EXPOSE 8080 8081' \
+  -c 'ENTRYPOINT ["controlplane"]' \
+  -c 'CMD ["--help"]' \
+  - "$image" >/dev/null
+size=$(docker image inspect "$image" --format '{{.Size}}')
+log "built $image in $(( $(date +%s) - start )) s, $(( size / 1000000 )) MB"
+echo "$image"
