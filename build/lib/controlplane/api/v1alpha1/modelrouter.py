@@ -1,0 +1,151 @@
+"""ModelRouter (``mr``): one router-proxy Deployment and its Service in front of backends.
+
+A backend is either a single InferenceService or a whole ModelPool, never both and never neither;
+the API server enforces that, along with unique backend names and a ``defaultBackend`` that names
+one of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Final
+
+from controlplane.api.fields import Rule, api_field
+from controlplane.api.struct import ApiObject
+from controlplane.api.v1alpha1.conditions import Condition, conditions_field
+from controlplane.api.v1alpha1.meta import (
+    AGE,
+    CustomObject,
+    LocalObjectReference,
+    PrinterColumn,
+    ResourceRequirements,
+)
+
+#: The operator's own image: the proxy is a subcommand of the same console script.
+DEFAULT_PROXY_IMAGE: Final = "ghcr.io/modelpool/controlplane:0.1.0"
+MIN_PROXY_REPLICAS: Final = 1
+MAX_PROXY_REPLICAS: Final = 10
+MAX_BACKENDS: Final = 64
+#: A backend name may look like a model name (``llama-3.1-8b``), so dots and underscores are
+#: allowed; it is never used as an object name.
+BACKEND_NAME_PATTERN: Final = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
+#: Room for the suffix of the objects a router owns (``<name>-activation`` is 11 characters more).
+ROUTER_NAME_MAX_LENGTH: Final = 52
+
+PHASE_PENDING: Final = "Pending"
+PHASE_PROVISIONING: Final = "Provisioning"
+PHASE_READY: Final = "Ready"
+PHASE_DEGRADED: Final = "Degraded"
+PHASE_FAILED: Final = "Failed"
+PHASES: Final = (PHASE_PENDING, PHASE_PROVISIONING, PHASE_READY, PHASE_DEGRADED, PHASE_FAILED)
+
+CONDITION_AVAILABLE: Final = "Available"
+CONDITION_BACKENDS_READY: Final = "BackendsReady"
+#: ``Available`` is False with this reason when the activation Role cannot be written (a 403).
+REASON_ACTIVATION_RBAC: Final = "ActivationRBAC"
+
+
+@dataclass(kw_only=True)
+class Backend(ApiObject):
+    """One model the router serves: exactly one of inferenceServiceRef or poolRef."""
+
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "has(self.inferenceServiceRef) != has(self.poolRef)",
+            "each spec.backends[] entry must set exactly one of inferenceServiceRef or poolRef",
+            reason="FieldValueInvalid",
+        ),
+    )
+
+    name: str | None = api_field(
+        "Name of the backend, unique within the router.",
+        required=True,
+        pattern=BACKEND_NAME_PATTERN,
+        min_length=1,
+        max_length=128,
+    )
+    inference_service_ref: LocalObjectReference | None = api_field(
+        "A single InferenceService of the router's namespace."
+    )
+    pool_ref: LocalObjectReference | None = api_field("A ModelPool of the router's namespace.")
+
+
+@dataclass(kw_only=True)
+class ProxySpec(ApiObject):
+    """The router-proxy Deployment."""
+
+    replicas: int | None = api_field(
+        "Proxy replicas; pooled routers elect one swap driver per pool through a Lease.",
+        default=MIN_PROXY_REPLICAS,
+        format="int32",
+        minimum=MIN_PROXY_REPLICAS,
+        maximum=MAX_PROXY_REPLICAS,
+    )
+    image: str | None = api_field(
+        "Container image of the proxy.", default=DEFAULT_PROXY_IMAGE, min_length=1
+    )
+    resources: ResourceRequirements | None = api_field("Compute resources of each replica.")
+
+
+@dataclass(kw_only=True)
+class ModelRouterSpec(ApiObject):
+    """Desired state of a ModelRouter."""
+
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "!has(self.defaultBackend) || self.backends.exists(b, b.name == self.defaultBackend)",
+            "spec.defaultBackend must name one of spec.backends[].name",
+            field_path=".defaultBackend",
+            reason="FieldValueInvalid",
+        ),
+    )
+
+    backends: list[Backend] = api_field(
+        "Models the router serves (unique names, at least one).",
+        default_factory=list,
+        required=True,
+        min_items=1,
+        max_items=MAX_BACKENDS,
+        list_type="map",
+        list_map_keys=("name",),
+    )
+    default_backend: str | None = api_field(
+        "Backend for requests that name no model.", max_length=128
+    )
+    proxy: ProxySpec | None = api_field("The proxy Deployment.", default={})
+
+
+@dataclass(kw_only=True)
+class ModelRouterStatus(ApiObject):
+    """Observed state of a ModelRouter."""
+
+    phase: str | None = api_field("Router phase.", enum=PHASES)
+    endpoint: str | None = api_field("In-cluster URL of the proxy Service.")
+    observed_generation: int | None = api_field(
+        "The .metadata.generation this status describes.", format="int64", minimum=0
+    )
+    conditions: list[Condition] = conditions_field(
+        "Available and BackendsReady; reasons name the failing step (e.g. ActivationRBAC)."
+    )
+
+
+@dataclass(kw_only=True)
+class ModelRouter(CustomObject):
+    """One router-proxy Deployment and its Service, serving InferenceServices and ModelPools."""
+
+    KIND: ClassVar[str] = "ModelRouter"
+    PLURAL: ClassVar[str] = "modelrouters"
+    SHORT_NAMES: ClassVar[tuple[str, ...]] = ("mr",)
+    NAME_MAX_LENGTH: ClassVar[int] = ROUTER_NAME_MAX_LENGTH
+    PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = (
+        PrinterColumn("Default", ".spec.defaultBackend", description="Default backend"),
+        PrinterColumn("Replicas", ".spec.proxy.replicas", "integer", "Proxy replicas"),
+        PrinterColumn("Phase", ".status.phase", description="Router phase"),
+        PrinterColumn("Endpoint", ".status.endpoint", description="Proxy URL", priority=1),
+        AGE,
+    )
+
+    spec: ModelRouterSpec = api_field(
+        "Desired state.", required=True, default_factory=ModelRouterSpec
+    )
+    status: ModelRouterStatus = api_field("Observed state.", default_factory=ModelRouterStatus)

@@ -1,0 +1,33 @@
+"""The InferenceService controller: one Deployment and one Service per InferenceService.
+
+An InferenceService serves one model with one llama.cpp-compatible server. The controller owns a
+Deployment and a Service of the same name and turns ``spec.replicas`` (0 or 1), the activation
+signal pools drive, into the Deployment's replicas, raising a pool member only when its pool has
+granted it the slot (:mod:`controlplane.controllers.modelpool.grant`). Split along the seams its
+tests use:
+
+* :mod:`~controlplane.controllers.inferenceservice.desired`: what is wanted, the children as
+  server-side apply bodies (pure);
+* :mod:`~controlplane.controllers.inferenceservice.status`: what is observed, the phase table and
+  the status to write (pure);
+* :mod:`~controlplane.controllers.inferenceservice.reconciler`: the reconciler, which reads the
+  caches and writes, and :func:`setup_inference_service_controller`, which wires it from a manager.
+
+The reconciler imports the other two, never the reverse (an import-linter contract).
+"""
+
+from controlplane.controllers.inferenceservice.desired import ISVC_LABEL, PORT_NAME, endpoint
+from controlplane.controllers.inferenceservice.reconciler import (
+    CONTROLLER_NAME,
+    InferenceServiceReconciler,
+    setup_inference_service_controller,
+)
+
+__all__ = [
+    "CONTROLLER_NAME",
+    "ISVC_LABEL",
+    "PORT_NAME",
+    "InferenceServiceReconciler",
+    "endpoint",
+    "setup_inference_service_controller",
+]

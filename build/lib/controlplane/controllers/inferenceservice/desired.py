@@ -1,0 +1,197 @@
+"""What an InferenceService wants: its Deployment and its Service, as server-side apply bodies.
+
+Pure functions of the InferenceService (and of the replicas the grant allows), kept apart from the
+status rules and the reconciler so that ``tests/unit/test_inferenceservice_desired.py`` checks them
+as such. Both children carry a controller ``ownerReference`` with ``blockOwnerDeletion`` (deleting
+the InferenceService cascades through the garbage collector) and the labels of
+:func:`child_labels`; :data:`ISVC_LABEL` is the selector, and the pool controller reads it (and
+:data:`PORT_NAME`) to find a member's pods and endpoints.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from controlplane.api.v1alpha1 import InferenceService
+from controlplane.api.v1alpha1.inferenceservice import DEFAULT_IMAGE, DEFAULT_PORT
+from controlplane.api.v1alpha1.meta import API_VERSION
+from controlplane.controllers.children import (
+    INSTANCE_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    NAME_LABEL,
+    resource_requirements,
+    with_spec_hash,
+)
+from controlplane.runtime.endpoints import MEMBER_PORT_NAME
+
+#: Labels on everything the controller creates; the last one is the selector.
+ISVC_LABEL: Final = "inference.modelpool.dev/inferenceservice"
+SERVER_NAME: Final = "llama-server"
+
+CONTAINER_NAME: Final = "server"
+PORT_NAME: Final = MEMBER_PORT_NAME
+HEALTH_PATH: Final = "/health"
+#: A model load takes minutes: liveness starts judging only after this long, so a slow load is
+#: never killed; readiness (no delay) is what gates traffic.
+LIVENESS_INITIAL_DELAY_SECONDS: Final = 600
+LIVENESS_PERIOD_SECONDS: Final = 20
+LIVENESS_FAILURE_THRESHOLD: Final = 3
+READINESS_PERIOD_SECONDS: Final = 5
+#: How long a rollout may go without progress before the Deployment (and we) call it Failed.
+PROGRESS_DEADLINE_SECONDS: Final = 1800
+TERMINATION_GRACE_SECONDS: Final = 30
+REVISION_HISTORY_LIMIT: Final = 2
+
+
+def selector_labels(name: str) -> dict[str, str]:
+    return {ISVC_LABEL: name}
+
+
+def child_labels(name: str) -> dict[str, str]:
+    return {
+        NAME_LABEL: SERVER_NAME,
+        INSTANCE_LABEL: name,
+        MANAGED_BY_LABEL: MANAGED_BY,
+        ISVC_LABEL: name,
+    }
+
+
+def owner_reference(isvc: InferenceService) -> dict[str, Any]:
+    """The controller reference children carry: deletion cascades, and blocks in foreground."""
+    if not isvc.metadata.uid:
+        raise ValueError(f"InferenceService {isvc.name} has no uid (it was never stored)")
+    return {
+        "apiVersion": API_VERSION,
+        "kind": InferenceService.KIND,
+        "name": isvc.name,
+        "uid": isvc.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def server_port(isvc: InferenceService) -> int:
+    return isvc.spec.port or DEFAULT_PORT
+
+
+def server_args(isvc: InferenceService) -> list[str]:
+    """llama-server's arguments: the model, its served name, where to listen, then ``spec.args``."""
+    model = isvc.spec.model
+    if model is None or not model.name or not model.source:
+        raise ValueError(f"InferenceService {isvc.name}: spec.model.name and .source are required")
+    return [
+        "--model",
+        model.source,
+        "--alias",
+        model.name,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(server_port(isvc)),
+        *isvc.spec.args,
+    ]
+
+
+def endpoint(isvc: InferenceService) -> str:
+    return f"http://{isvc.name}.{isvc.namespace}.svc:{server_port(isvc)}"
+
+
+def _resources(isvc: InferenceService) -> dict[str, Any]:
+    wanted = isvc.spec.resources
+    return resource_requirements(wanted.limits, wanted.requests) if wanted is not None else {}
+
+
+def _probe(initial_delay: int, period: int, failures: int) -> dict[str, Any]:
+    probe: dict[str, Any] = {
+        "httpGet": {"path": HEALTH_PATH, "port": PORT_NAME},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+    if initial_delay:
+        probe["initialDelaySeconds"] = initial_delay
+    return probe
+
+
+def _metadata(isvc: InferenceService) -> dict[str, Any]:
+    return {
+        "name": isvc.name,
+        "namespace": isvc.namespace,
+        "labels": child_labels(isvc.name),
+        "ownerReferences": [owner_reference(isvc)],
+    }
+
+
+def desired_deployment(isvc: InferenceService, replicas: int | None = None) -> dict[str, Any]:
+    """The Deployment this InferenceService wants, as a server-side apply body; ``replicas`` is
+    what the grant allows (:func:`~controlplane.controllers.modelpool.grant.deployment_replicas`),
+    ``spec.replicas`` when not given."""
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": isvc.spec.image or DEFAULT_IMAGE,
+        "args": server_args(isvc),
+        "ports": [{"name": PORT_NAME, "containerPort": server_port(isvc), "protocol": "TCP"}],
+        "readinessProbe": _probe(0, READINESS_PERIOD_SECONDS, 3),
+        "livenessProbe": _probe(
+            LIVENESS_INITIAL_DELAY_SECONDS, LIVENESS_PERIOD_SECONDS, LIVENESS_FAILURE_THRESHOLD
+        ),
+        # The server image decides its user (llama.cpp's runs as root), so runAsNonRoot is left
+        # to the image; everything that does not depend on it is locked down.
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if resources := _resources(isvc):
+        container["resources"] = resources
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "automountServiceAccountToken": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+    }
+    if isvc.spec.node_selector:
+        pod_spec["nodeSelector"] = dict(isvc.spec.node_selector)
+    return with_spec_hash(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": _metadata(isvc),
+            "spec": {
+                "replicas": isvc.spec.desired_replicas() if replicas is None else replicas,
+                "selector": {"matchLabels": selector_labels(isvc.name)},
+                # One GPU: the old pod must be gone before the new one starts.
+                "strategy": {"type": "Recreate"},
+                "progressDeadlineSeconds": PROGRESS_DEADLINE_SECONDS,
+                "revisionHistoryLimit": REVISION_HISTORY_LIMIT,
+                "template": {
+                    "metadata": {"labels": child_labels(isvc.name)},
+                    "spec": pod_spec,
+                },
+            },
+        }
+    )
+
+
+def desired_service(isvc: InferenceService) -> dict[str, Any]:
+    """The ClusterIP Service in front of the server, as a server-side apply body."""
+    return with_spec_hash(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _metadata(isvc),
+            "spec": {
+                "type": "ClusterIP",
+                "selector": selector_labels(isvc.name),
+                "ports": [
+                    {
+                        "name": PORT_NAME,
+                        "port": server_port(isvc),
+                        "targetPort": PORT_NAME,
+                        "protocol": "TCP",
+                    }
+                ],
+            },
+        }
+    )

@@ -1,0 +1,310 @@
+"""The InferenceService reconciler: reads the caches, applies what differs, writes status on change.
+
+**Pool members run only when granted** (docs/modelpool.md,
+:mod:`~controlplane.controllers.modelpool.grant`). The Deployment's replicas are
+:func:`~controlplane.controllers.modelpool.grant.deployment_replicas`: ``spec.replicas`` for an
+InferenceService no pool lists or one its pool has granted the slot
+(``inference.modelpool.dev/granted-by``); otherwise never more than the Deployment already has.
+Lowering is always allowed; raising (creating the Deployment above 0 included) is confirmed with
+the API server first (:meth:`InferenceServiceReconciler._confirm_raise`): a live GET of the
+InferenceService (a grant revoked since the cache was filled starts nothing) and, when the cache
+shows no pool listing it, a live LIST of the namespace's ModelPools (a pool applied together with
+it may not have reached the cache). An InferenceService no pool lists is started only once it has
+been known for :data:`UNLISTED_SETTLE_SECONDS`: ``kubectl apply -f`` of a directory creates the
+members a few milliseconds before their pool, faster than any reconcile, and a member started in
+that gap would run beside the pool's choice.
+
+**Writes.** Both children (:mod:`~controlplane.controllers.inferenceservice.desired`) are written
+with server-side apply as ``modelpool-operator`` (forced: the fields we own are ours), and only
+when the cached child differs from what is wanted. "Differs" is decided by
+:func:`~controlplane.controllers.children.needs_apply`: every field we want must be present with
+the same value in the cached object (server defaults are extra fields and do not count), and the
+wanted object carries a hash of itself in the ``inference.modelpool.dev/spec-hash`` annotation, so
+a field we stopped wanting (a removed argument, a dropped node selector) changes the hash and is
+applied away too. ``resources`` are compared through the hash only, because the API server
+canonicalises quantities (``0.5`` becomes ``500m``). A child of that name that another controller
+owns is never taken over: the InferenceService stays Pending and says which object is in the way.
+
+**Status** (:mod:`~controlplane.controllers.inferenceservice.status`) is written through the status
+subresource with the cached ``resourceVersion`` and only when it differs from the cached status; a
+409 requeues. Each phase change is recorded as an ``events.k8s.io`` event on the InferenceService.
+
+Pods are watched (by the ``inference.modelpool.dev/inferenceservice`` label, which the
+Deployment's template carries) only to know when the last one is gone, and pools to know whether a
+member may be raised and whether its pool is swapping to it; nothing is polled.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+from controlplane.api.v1alpha1 import InferenceService, ModelPool
+from controlplane.api.v1alpha1.inferenceservice import PHASE_FAILED, PHASE_PENDING
+from controlplane.clock import TimeSource
+from controlplane.controllers.children import FIELD_MANAGER, foreign_child, needs_apply
+from controlplane.controllers.inferenceservice.desired import (
+    ISVC_LABEL,
+    desired_deployment,
+    desired_service,
+)
+from controlplane.controllers.inferenceservice.status import (
+    Hold,
+    chosen_by,
+    compute_phase,
+    desired_status,
+    explain_hold,
+    status_changed,
+)
+from controlplane.controllers.modelpool.grant import (
+    deployment_replicas,
+    granted_by,
+    pools_listing,
+    withheld_by,
+)
+from controlplane.runtime.cache import NAMESPACE_INDEX, Object
+from controlplane.runtime.client import KubeClient
+from controlplane.runtime.controller import Request, Result
+from controlplane.runtime.errors import Conflict, NotFound
+from controlplane.runtime.events import EventRecorder
+from controlplane.runtime.informer import Informer
+from controlplane.runtime.manager import Manager
+from controlplane.runtime.resources import DEPLOYMENTS, PODS, SERVICES
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_NAME: Final = "inferenceservice"
+EVENT_REPORTER: Final = "modelpool-operator/inferenceservice"
+MAX_CONCURRENT_RECONCILES: Final = 2
+
+#: How long an InferenceService no pool lists waits, from when this controller first saw it,
+#: before its Deployment is first raised: ``kubectl apply -f`` of a pool and its members creates
+#: the members first, one round trip apart, and a member started before its pool exists would run
+#: beside the pool's choice. A model load takes far longer than this.
+UNLISTED_SETTLE_SECONDS: Final = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Replicas:
+    """What the Deployment gets, why it may get less than asked, and the objects it was decided
+    from (the live ones when a raise was confirmed)."""
+
+    count: int
+    hold: Hold
+    pools: tuple[str, ...]
+    obj: Object
+
+
+class InferenceServiceReconciler:
+    """Level-triggered: reads the caches, applies what differs, writes status on change."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        recorder: EventRecorder,
+        *,
+        inference_services: Informer,
+        deployments: Informer,
+        services: Informer,
+        pods: Informer,
+        pools: Informer,
+        clock: TimeSource = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.recorder = recorder
+        self.inference_services = inference_services
+        self.deployments = deployments
+        self.services = services
+        self.pods = pods
+        self.pools = pools
+        self.clock = clock
+        #: Per key, the uid and when we first saw it, for :data:`UNLISTED_SETTLE_SECONDS`.
+        self._first_seen: dict[str, tuple[str | None, float]] = {}
+
+    async def reconcile(self, request: Request) -> Result:
+        key = str(request)
+        obj = self.inference_services.store.get(key)
+        if obj is None:
+            self._first_seen.pop(key, None)
+            return Result()  # deleted: the garbage collector removes what it owned
+        if obj["metadata"].get("deletionTimestamp"):
+            return Result()
+        deployment = self.deployments.store.get(key)
+        service = self.services.store.get(key)
+        conflict = foreign_child(
+            "InferenceService",
+            obj["metadata"].get("uid"),
+            (("Deployment", deployment), ("Service", service)),
+        )
+        replicas = self._replicas(obj, deployment)
+        if conflict is None and replicas.count > _deployment_replicas(deployment):
+            try:
+                replicas = await self._confirm_raise(key, obj, deployment)
+            except NotFound:
+                return Result()  # deleted meanwhile
+        isvc = InferenceService.from_dict(replicas.obj)
+        if conflict is None:
+            wanted = desired_deployment(isvc, replicas.count)
+            if needs_apply(deployment, wanted):
+                deployment = await self.client.apply(
+                    DEPLOYMENTS, wanted, field_manager=FIELD_MANAGER, force=True
+                )
+                log.info("%s: applied Deployment (replicas %d)", key, replicas.count)
+            wanted = desired_service(isvc)
+            if needs_apply(service, wanted):
+                await self.client.apply(SERVICES, wanted, field_manager=FIELD_MANAGER, force=True)
+                log.info("%s: applied Service", key)
+        decision = compute_phase(replicas.count, deployment, self._pod_count(isvc), conflict)
+        decision = explain_hold(decision, replicas.hold)
+        settle = (
+            Result(requeue_after=replicas.hold.settle_seconds)
+            if replicas.hold.settling
+            else Result()
+        )
+        status = desired_status(isvc, decision, deployment, replicas.pools)
+        if not status_changed(isvc.status, status):
+            return settle
+        previous = isvc.status.phase
+        isvc.status = status
+        try:
+            await self.client.update_status(InferenceService.resource(), isvc.to_dict())
+        except Conflict:
+            return Result(requeue=True)  # our cache was stale; the watch brings the new version
+        except NotFound:
+            return Result()
+        if previous != decision.phase:
+            log.info("%s: phase %s -> %s (%s)", key, previous, decision.phase, decision.reason)
+            self.recorder.event(
+                obj,
+                "Warning" if decision.phase in (PHASE_FAILED, PHASE_PENDING) else "Normal",
+                decision.phase,
+                "Reconcile",
+                f"phase {previous or 'unset'} -> {decision.phase}: {decision.message}",
+            )
+        return settle
+
+    def _replicas(
+        self,
+        obj: Object,
+        deployment: Mapping[str, Any] | None,
+        pools: Iterable[Object] | None = None,
+    ) -> Replicas:
+        """The Deployment's replicas by the grant, from the cached pools unless ``pools`` (a live
+        list) is given; an unlisted InferenceService still settling is held at what it has."""
+        meta = obj["metadata"]
+        namespace = meta.get("namespace") or ""
+        if pools is None:
+            pools = self.pools.store.by_index(NAMESPACE_INDEX, namespace)
+        pools = list(pools)
+        listing = tuple(pools_listing(pools, meta["name"]))
+        wanted = InferenceService.from_dict(obj).spec.desired_replicas()
+        grant = granted_by(obj)
+        current = _deployment_replicas(deployment)
+        count = deployment_replicas(wanted, listing, grant, current)
+        hold = Hold(
+            withheld_by=withheld_by(wanted, listing, grant),
+            chosen_by=chosen_by(pools, meta["name"]) if listing else None,
+        )
+        settle = self._settle_seconds(f"{namespace}/{meta['name']}", meta.get("uid"))
+        if not listing and count > current and settle > 0:
+            count, hold = current, replace(hold, settle_seconds=settle)
+        return Replicas(count, hold, listing, obj)
+
+    async def _confirm_raise(
+        self, key: str, cached: Object, deployment: Mapping[str, Any] | None
+    ) -> Replicas:
+        """Decide a raise again from the API server, not the caches.
+
+        A live GET of the InferenceService: a grant the pool revoked after our cache was filled
+        starts nothing. When the cache shows no pool listing it, a live LIST of the namespace's
+        ModelPools (a consistent read): a pool created together with it may not be cached yet.
+        What remains is one round trip, from the GET to our apply: a pool that revokes the grant,
+        sees the member released (its Deployment still at 0) and grants another member, all inside
+        that round trip, would see our raise only afterwards. The pool needs two writes and a
+        watch delivery to do so; we need one request. Raises are rare (a swap's last step), and
+        the pool keeps watching the Deployment, so it would then hold every further grant until
+        the raised member is drained again.
+        """
+        meta = cached["metadata"]
+        namespace = meta.get("namespace") or ""
+        live = await self.client.get(InferenceService.resource(), meta["name"], namespace)
+        replicas = self._replicas(live, deployment)
+        if not replicas.pools:
+            pools = (await self.client.list(ModelPool.resource(), namespace)).items
+            replicas = self._replicas(live, deployment, pools)
+        if replicas.count > _deployment_replicas(deployment):
+            log.info("%s: raising the Deployment, confirmed live", key)
+        return replicas
+
+    def _settle_seconds(self, key: str, uid: str | None) -> float:
+        """Seconds left before an InferenceService first seen just now may be started unlisted."""
+        now = self.clock()
+        seen = self._first_seen.get(key)
+        if seen is None or seen[0] != uid:
+            seen = (uid, now)
+            self._first_seen[key] = seen
+        return max(0.0, seen[1] + UNLISTED_SETTLE_SECONDS - now)
+
+    def _pod_count(self, isvc: InferenceService) -> int:
+        label = f"{ISVC_LABEL}={isvc.name}"
+        keys = set(self.pods.store.index_keys("label", label))
+        return len(keys & set(self.pods.store.index_keys(NAMESPACE_INDEX, isvc.namespace or "")))
+
+
+def _deployment_replicas(deployment: Mapping[str, Any] | None) -> int:
+    """The replicas the Deployment is asked for: 0 when there is none yet."""
+    if deployment is None:
+        return 0
+    return int((deployment.get("spec") or {}).get("replicas") or 0)
+
+
+def _pool_to_members(pool: Mapping[str, Any]) -> Iterable[Request]:
+    """A pool to every InferenceService it lists: joining or leaving a pool, or the pool swapping
+    to a member, changes whether a member may be raised and what its status says."""
+    meta = pool["metadata"]
+    refs = (pool.get("spec") or {}).get("members") or ()
+    names = {
+        str(name) for ref in refs if (name := (ref.get("inferenceServiceRef") or {}).get("name"))
+    }
+    return tuple(Request(meta.get("namespace") or "", name) for name in sorted(names))
+
+
+def _pods_to_owner(pod: Mapping[str, Any]) -> Iterable[Request]:
+    meta = pod["metadata"]
+    name = (meta.get("labels") or {}).get(ISVC_LABEL)
+    return (Request(meta.get("namespace") or "", name),) if name else ()
+
+
+def setup_inference_service_controller(
+    manager: Manager, identity: str
+) -> InferenceServiceReconciler:
+    """Wire the controller into ``manager`` (watching every namespace)."""
+    inference_services = manager.informer(InferenceService.resource())
+    deployments = manager.informer(DEPLOYMENTS)
+    services = manager.informer(SERVICES)
+    pods = manager.informer(PODS, label_selector=ISVC_LABEL)
+    pools = manager.informer(ModelPool.resource())
+    recorder = manager.event_recorder(EVENT_REPORTER, identity)
+    reconciler = InferenceServiceReconciler(
+        manager.client,
+        recorder,
+        inference_services=inference_services,
+        deployments=deployments,
+        services=services,
+        pods=pods,
+        pools=pools,
+    )
+    (
+        manager.new_controller(
+            CONTROLLER_NAME, reconciler, max_concurrent_reconciles=MAX_CONCURRENT_RECONCILES
+        )
+        .for_(inference_services)
+        .owns(deployments)
+        .owns(services)
+        .watches(pods, _pods_to_owner)
+        .watches(pools, _pool_to_members)
+    )
+    return reconciler

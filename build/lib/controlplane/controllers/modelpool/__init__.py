@@ -1,0 +1,56 @@
+"""The ModelPool controller: one exclusive GPU slot shared by a pool's members (docs/modelpool.md).
+
+Split along the seams its tests use:
+
+* :mod:`~controlplane.controllers.modelpool.intent`: which member owns the slot, from the
+  activation intent on the pool's Lease (:func:`choose_owner`, :class:`LeaseObserver`);
+* :mod:`~controlplane.controllers.modelpool.plan`: what to do with one snapshot of the members
+  and what to report, pure functions only (:func:`plan_actions`, :func:`pool_status`);
+* :mod:`~controlplane.controllers.modelpool.grant`: the slot grant on a member
+  (``inference.modelpool.dev/granted-by``), the one module the InferenceService controller reads
+  too, so both read the grant alike;
+* :mod:`~controlplane.controllers.modelpool.reconciler`: the reconciler, which reads the caches,
+  probes, writes members and status, and :func:`setup_model_pool_controller`, which wires it from
+  a manager.
+
+The reconciler imports the others, never the reverse; intent, plan and grant do no I/O (both
+import-linter contracts). The member-write conflict metric, shared with the router-proxy's
+activator, lives outside this package (:mod:`controlplane.controllers.memberwrites`), so that the
+router-proxy imports nothing of the pool controller.
+"""
+
+from controlplane.controllers.modelpool.grant import GRANTED_BY_ANNOTATION, granted_by
+from controlplane.controllers.modelpool.intent import (
+    Intent,
+    LeaseObserver,
+    Owner,
+    OwnerReason,
+    choose_owner,
+)
+from controlplane.controllers.modelpool.plan import MemberState, Plan, plan_actions, pool_status
+from controlplane.controllers.modelpool.reconciler import (
+    CONTROLLER_NAME,
+    REASON_MEMBER_WRITE_CONFLICT,
+    ModelPoolReconciler,
+    map_lease,
+    setup_model_pool_controller,
+)
+
+__all__ = [
+    "CONTROLLER_NAME",
+    "GRANTED_BY_ANNOTATION",
+    "REASON_MEMBER_WRITE_CONFLICT",
+    "Intent",
+    "LeaseObserver",
+    "MemberState",
+    "ModelPoolReconciler",
+    "Owner",
+    "OwnerReason",
+    "Plan",
+    "choose_owner",
+    "granted_by",
+    "map_lease",
+    "plan_actions",
+    "pool_status",
+    "setup_model_pool_controller",
+]

@@ -1,0 +1,409 @@
+"""What a pool controller does with one snapshot of its members, and what it reports.
+
+*Why one module of this size:* the plan, the status and the swap events read one snapshot and must
+agree on it; the table tests drive them together.
+
+Pure functions of what the caches and the idle probes say (no I/O), kept apart from the reconciler
+so every rule is unit-tested as a table (``tests/unit/test_modelpool_plan.py``):
+
+:func:`plan_actions` (docs/modelpool.md, "What the controller does")
+    * A member that does not exist makes the plan empty: a Degraded pool changes no replicas.
+    * **Drain.** Every member other than the owner whose ``spec.replicas`` is not 0 must go to 0.
+      One that is *serving* (its InferenceService is Ready, or it has a ready endpoint) goes to 0
+      only after its idle probe says idle on every ready endpoint (``probe``); one that is not
+      serving (loading, no ready endpoint) goes to 0 at once (``scale_down``). A non-owner at 0
+      that still carries this pool's grant is written too (``scale_down``): the write revokes it.
+    * **Owner up.** The owner goes to 1 *with this pool's grant*
+      (:mod:`~controlplane.controllers.modelpool.grant`) only when every other member has *released*
+      the slot: ``spec.replicas`` 0, no grant, its Deployment at 0 replicas and observed so by the
+      deployment controller, and no pod left, Terminating ones included (the GPU memory is freed
+      when the process exits, not when its pod is marked for deletion). An owner that asks for 1
+      (``replicas`` unset) without the grant does not run: it is granted by the same rule.
+
+:func:`pool_status` (docs/modelpool.md, status)
+    * ``residentMember``: the owner once its InferenceService is Ready; until then the previous
+      resident keeps the title (the slot is still its to return to: a withdrawn intent sends the
+      pool back to it).
+    * ``pendingMember``: the owner while it is not Ready.
+    * ``phase``: Degraded when a member is missing; Pending when cold (no owner); Swapping while a
+      member is pending or another member still holds the slot; Ready otherwise.
+    * Conditions ``MembersValid``, ``SlotAllocated`` and ``SwapDeferred``; ``members[]``;
+      ``observedGeneration``.
+
+:func:`deferral_from`, :func:`deployment_drained`, :func:`requeue_result` and :func:`transitions`
+    What the probes' reports, a member's Deployment, a deferral and an intent, and a status change
+    mean for the plan: one ``SwapDeferred``, whether a Deployment has released the slot, when to
+    look again (the only timed requeues: ``/slots`` and a Lease's expiry have no watch event), and
+    which events a status change tells.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from controlplane.api.v1alpha1 import set_condition
+from controlplane.api.v1alpha1.conditions import FALSE, TRUE, find_condition
+from controlplane.api.v1alpha1.inferenceservice import PHASE_READY as ISVC_READY
+from controlplane.api.v1alpha1.inferenceservice import RUNTIME_LLAMACPP
+from controlplane.api.v1alpha1.modelpool import (
+    CONDITION_MEMBERS_VALID,
+    CONDITION_SLOT_ALLOCATED,
+    CONDITION_SWAP_DEFERRED,
+    PHASE_DEGRADED,
+    PHASE_PENDING,
+    PHASE_READY,
+    PHASE_SWAPPING,
+    REASON_IDLE_CHECK_FAILED,
+    REASON_PODS_BUSY,
+    MemberStatus,
+    ModelPool,
+    ModelPoolStatus,
+)
+from controlplane.controllers.modelpool.intent import Intent, Owner, OwnerReason
+from controlplane.probes.idle import IdleOutcome, IdleReport
+from controlplane.runtime.controller import Result
+
+#: How soon a deferred drain is probed again: the only polling, since ``/slots`` has no watch.
+DEFER_REQUEUE_SECONDS: Final = 1.0
+#: A valid intent is re-checked this long after it would expire (its expiry has no event).
+EXPIRY_MARGIN_SECONDS: Final = 0.1
+
+#: ``members[].phase`` of a member whose InferenceService does not exist, or has no phase yet.
+MEMBER_NOT_FOUND: Final = "NotFound"
+MEMBER_UNKNOWN: Final = "Unknown"
+
+REASON_MEMBERS_FOUND: Final = "MembersFound"
+REASON_MEMBERS_NOT_FOUND: Final = "MembersNotFound"
+REASON_RESIDENT_READY: Final = "ResidentReady"
+REASON_COLD: Final = "Cold"
+REASON_DRAINING: Final = "Draining"
+REASON_WAITING_FOR_PODS: Final = "WaitingForPods"
+REASON_STARTING: Final = "Starting"
+REASON_NOT_DEFERRED: Final = "NotDeferred"
+
+
+@dataclass(frozen=True, slots=True)
+class MemberState:
+    """One member as the caches show it."""
+
+    name: str
+    found: bool = True
+    #: ``spec.replicas`` (absent means 1).
+    replicas: int = 1
+    #: The InferenceService's ``status.phase``.
+    phase: str | None = None
+    #: ``http://host:port`` of every ready endpoint of its Service.
+    urls: tuple[str, ...] = ()
+    #: Its pods, Terminating ones included.
+    pods: int = 0
+    #: Its Deployment is absent, or at 0 replicas and observed so with none left.
+    deployment_drained: bool = True
+    #: ``spec.runtime``: which idle probe understands it.
+    runtime: str = RUNTIME_LLAMACPP
+    #: It carries this pool's grant (``inference.modelpool.dev/granted-by``): it may run.
+    granted: bool = False
+
+    @property
+    def ready(self) -> bool:
+        """Serving as an owner should: Ready and wanted up."""
+        return self.found and self.replicas != 0 and self.phase == ISVC_READY
+
+    @property
+    def serving(self) -> bool:
+        """Requests may be in flight: Ready, or reachable at a ready endpoint."""
+        return self.found and (self.phase == ISVC_READY or bool(self.urls))
+
+    @property
+    def released(self) -> bool:
+        """Holds nothing of the slot: wanted at 0 without a grant, Deployment at 0, no pod left."""
+        return (
+            self.found
+            and self.replicas == 0
+            and not self.granted
+            and self.deployment_drained
+            and self.pods == 0
+        )
+
+
+def missing_members(members: Mapping[str, MemberState]) -> list[str]:
+    return [name for name, state in members.items() if not state.found]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to do now: probe then maybe scale down, scale down, scale the owner up."""
+
+    probe: tuple[str, ...] = ()
+    scale_down: tuple[str, ...] = ()
+    scale_up: str | None = None
+    #: Members other than the owner that still hold (part of) the slot.
+    holding: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+
+
+def plan_actions(members: Mapping[str, MemberState], owner: str | None) -> Plan:
+    """The actions for this snapshot (rules in the module docstring)."""
+    missing = tuple(missing_members(members))
+    if missing:
+        return Plan(missing=missing)
+    probe: list[str] = []
+    scale_down: list[str] = []
+    holding: list[str] = []
+    for name, state in members.items():
+        if name == owner:
+            continue
+        if not state.released:
+            holding.append(name)
+        if state.replicas == 0:
+            if state.granted:
+                scale_down.append(name)  # already at 0: the write only revokes the grant
+            continue
+        (probe if state.serving else scale_down).append(name)
+    scale_up = None
+    if owner is not None and not holding:
+        mine = members[owner]
+        if mine.replicas == 0 or not mine.granted:
+            scale_up = owner
+    return Plan(tuple(probe), tuple(scale_down), scale_up, tuple(holding))
+
+
+@dataclass(frozen=True, slots=True)
+class Deferral:
+    """A drain that waits: ``PodsBusy`` or ``IdleCheckFailed``, and what was seen."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """Everything :func:`pool_status` needs besides the pool itself."""
+
+    members: Mapping[str, MemberState]
+    owner: Owner
+    plan: Plan
+    deferral: Deferral | None = None
+    now: datetime | None = field(default=None, compare=False)
+
+
+def _members_phase(members: Mapping[str, MemberState], resident: str | None) -> list[MemberStatus]:
+    out = []
+    for name, state in members.items():
+        phase = (state.phase or MEMBER_UNKNOWN) if state.found else MEMBER_NOT_FOUND
+        out.append(MemberStatus(name=name, phase=phase, resident=name == resident))
+    return out
+
+
+def _slot_condition(view: PoolView) -> tuple[str, str, str]:
+    """SlotAllocated: (status, reason, message)."""
+    owner, plan, members = view.owner.name, view.plan, view.members
+    if plan.missing:
+        return FALSE, REASON_MEMBERS_NOT_FOUND, "members are missing; no replica is changed"
+    if owner is None:
+        return FALSE, REASON_COLD, "no member is requested, resident or default: the pool is cold"
+    draining = [n for n in plan.holding if members[n].replicas != 0]
+    if draining:
+        return FALSE, REASON_DRAINING, f"{owner} waits for {', '.join(draining)} to drain"
+    if plan.holding:
+        return (
+            FALSE,
+            REASON_WAITING_FOR_PODS,
+            f"{owner} waits for the pods of {', '.join(plan.holding)} to be gone",
+        )
+    if members[owner].ready:
+        return TRUE, REASON_RESIDENT_READY, f"{owner} holds the slot"
+    return FALSE, REASON_STARTING, f"{owner} is starting"
+
+
+def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
+    """The status to write: a copy of the current one with every field we own set.
+
+    A condition's ``lastTransitionTime`` moves only when its status flips, so the result equals
+    the current status whenever nothing changed.
+    """
+    status = ModelPoolStatus.from_dict(pool.status.to_dict())
+    generation = pool.metadata.generation
+    members, owner, plan = view.members, view.owner.name, view.plan
+    previous = status.resident_member if status.resident_member in members else None
+    if plan.missing:
+        # Nothing moves while the pool is Degraded: keep resident and pending as they were.
+        resident = previous
+        pending = status.pending_member if status.pending_member in members else None
+        phase = PHASE_DEGRADED
+    else:
+        owner_ready = owner is not None and members[owner].ready
+        resident = owner if owner_ready else previous
+        pending = owner if owner is not None and not owner_ready else None
+        if owner is None:
+            phase = PHASE_PENDING
+        elif pending is not None or plan.holding:
+            phase = PHASE_SWAPPING
+        else:
+            phase = PHASE_READY
+    status.phase = phase
+    status.resident_member = resident
+    status.pending_member = pending
+    status.members = _members_phase(members, resident)
+    status.observed_generation = generation
+
+    if plan.missing:
+        valid = (FALSE, REASON_MEMBERS_NOT_FOUND,
+                 f"InferenceService(s) not found: {', '.join(plan.missing)}")  # fmt: skip
+    else:
+        valid = (TRUE, REASON_MEMBERS_FOUND, f"all {len(members)} member(s) exist")
+    set_condition(status.conditions, CONDITION_MEMBERS_VALID, *valid, generation, view.now)
+    slot = _slot_condition(view)
+    set_condition(status.conditions, CONDITION_SLOT_ALLOCATED, *slot, generation, view.now)
+    if view.deferral is not None:
+        deferred = (TRUE, view.deferral.reason, view.deferral.message)
+    else:
+        deferred = (FALSE, REASON_NOT_DEFERRED, "no drain is waiting on a member")
+    set_condition(status.conditions, CONDITION_SWAP_DEFERRED, *deferred, generation, view.now)
+    return status
+
+
+def status_changed(current: ModelPoolStatus, wanted: ModelPoolStatus) -> bool:
+    return bool(current.to_dict() != wanted.to_dict())
+
+
+def slot_allocated_since(status: ModelPoolStatus) -> str | None:
+    """When ``SlotAllocated`` last flipped (RFC 3339), for how long a swap took."""
+    condition = find_condition(status.conditions, CONDITION_SLOT_ALLOCATED)
+    return condition.last_transition_time if condition is not None else None
+
+
+# -- what the probes, the Deployment, the deferral and the intent mean ---------------------------
+
+
+def all_idle(results: Sequence[tuple[str, IdleReport]]) -> bool:
+    """Every ready endpoint of a member was probed and said idle."""
+    return bool(results) and all(r.outcome is IdleOutcome.IDLE for _, r in results)
+
+
+def deferral_from(reports: Mapping[str, Sequence[tuple[str, IdleReport]]]) -> Deferral | None:
+    """One ``SwapDeferred`` out of the probes of the members that are not idle.
+
+    ``IdleCheckFailed`` wins over ``PodsBusy`` when both are seen: it is the one that needs a
+    human if it persists.
+    """
+    failed, busy = [], []
+    for member, results in reports.items():
+        for url, report in results:
+            if report.outcome is IdleOutcome.FAILED:
+                failed.append(f"{member} at {url}: {report.detail}")
+            elif report.outcome is IdleOutcome.BUSY:
+                busy.append(f"{member} at {url}: {report.detail}")
+    if failed:
+        return Deferral(
+            REASON_IDLE_CHECK_FAILED,
+            "drain deferred, the idle check failed: " + "; ".join(failed + busy),
+        )
+    if busy:
+        return Deferral(REASON_PODS_BUSY, "drain deferred, requests in flight: " + "; ".join(busy))
+    return None
+
+
+def deployment_drained(deployment: Mapping[str, Any] | None) -> bool:
+    """Absent, or asked for 0 replicas, observed so by the deployment controller, none left."""
+    if deployment is None:
+        return True
+    spec_replicas = (deployment.get("spec") or {}).get("replicas")
+    status = deployment.get("status") or {}
+    generation = deployment["metadata"].get("generation") or 0
+    observed = status.get("observedGeneration")
+    return (
+        spec_replicas == 0
+        and observed is not None
+        and observed >= generation
+        and not status.get("replicas")
+    )
+
+
+def requeue_result(deferral: Deferral | None, intent: Intent | None) -> Result:
+    """When to look again although no watch event may come: a deferred drain is re-probed after
+    :data:`DEFER_REQUEUE_SECONDS`, a valid intent re-checked just after it would expire."""
+    delays = []
+    if deferral is not None:
+        delays.append(DEFER_REQUEUE_SECONDS)
+    if intent is not None:
+        delays.append(intent.expires_in + EXPIRY_MARGIN_SECONDS)
+    return Result(requeue_after=min(delays)) if delays else Result()
+
+
+# -- what a status change tells ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One event a status change is worth: ``Degraded``, ``SwapAbandoned``, ``SwapStarted`` or
+    ``SwapCompleted``."""
+
+    warning: bool
+    reason: str
+    action: str
+    message: str
+
+
+def owner_why(owner: Owner) -> str:
+    """Why the owner owns the slot, in words for events and logs."""
+    if owner.reason is OwnerReason.REQUESTED and owner.intent is not None:
+        return f"requested by {owner.intent.holder}"
+    if owner.reason is OwnerReason.DEFAULT:
+        return "warming the default"
+    return "back to the resident"
+
+
+def _seconds_since(stamp: str | None, now: datetime) -> float | None:
+    if not stamp:
+        return None
+    try:
+        then = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return max(0.0, (now - then).total_seconds())
+
+
+def transitions(
+    before: ModelPoolStatus, after: ModelPoolStatus, owner: Owner, now: datetime
+) -> list[Transition]:
+    """The events the change from ``before`` to ``after`` tells, in the order they happened."""
+    out: list[Transition] = []
+    if after.phase == PHASE_DEGRADED and before.phase != PHASE_DEGRADED:
+        message = next(
+            (c.message or "" for c in after.conditions if c.type == CONDITION_MEMBERS_VALID), ""
+        )
+        out.append(Transition(True, "Degraded", "Reconcile", message))
+    if (
+        before.pending_member is not None
+        and after.pending_member != before.pending_member
+        and after.resident_member != before.pending_member
+        and after.phase != PHASE_DEGRADED
+    ):
+        back_to = after.pending_member or after.resident_member or "nobody (cold)"
+        message = (
+            f"swap to {before.pending_member} abandoned (the intent was withdrawn or "
+            f"expired); the slot goes back to {back_to}"
+        )
+        out.append(Transition(False, "SwapAbandoned", "Swap", message))
+    if (
+        after.pending_member is not None
+        and after.pending_member != before.pending_member
+        and after.pending_member != after.resident_member
+    ):
+        message = (
+            f"swap started: {after.resident_member or 'nothing'} -> "
+            f"{after.pending_member} ({owner_why(owner)})"
+        )
+        out.append(Transition(False, "SwapStarted", "Swap", message))
+    if after.resident_member is not None and after.resident_member != before.resident_member:
+        took = _seconds_since(slot_allocated_since(before), now)
+        spent = f" in {took:.0f} s" if took is not None else ""
+        message = (
+            f"swap done: {after.resident_member} is resident"
+            f" (was {before.resident_member or 'nothing'}){spent}"
+        )
+        out.append(Transition(False, "SwapCompleted", "Swap", message))
+    return out

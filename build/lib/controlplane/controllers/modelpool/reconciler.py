@@ -1,0 +1,530 @@
+"""The ModelPool reconciler: one exclusive GPU slot shared by a pool's members (docs/modelpool.md).
+
+Each reconcile reads everything from the caches and acts in three steps:
+
+1. **Owner.** :func:`~.intent.choose_owner` picks the member the slot belongs to: the target of
+   a valid activation intent (the pool's Lease, see :mod:`controlplane.api.v1alpha1.activation`),
+   else the resident (sticky), else ``default``, else nobody. Expiry of the intent is judged on our
+   clock (:class:`~.intent.LeaseObserver`).
+2. **Plan and act** (:func:`~.plan.plan_actions`). Non-owners are drained: one that serves
+   requests goes to ``replicas: 0`` only after its idle probe (llama.cpp ``GET /slots``,
+   :class:`~controlplane.probes.llamacpp.SlotsProbe`) says idle on every ready endpoint; busy is
+   ``PodsBusy``, anything unproven is ``IdleCheckFailed``, and both defer the drain
+   (``SwapDeferred=True``, a Warning event, a re-probe after :data:`~.plan.DEFER_REQUEUE_SECONDS`:
+   ``/slots`` changes produce no watch event). The owner goes to ``replicas: 1`` only when every
+   other member is at 0 with no pod left, Terminating included. A member that does not exist
+   makes the pool Degraded and no replica is changed.
+3. **Status** (:func:`~.plan.pool_status`), written through the status subresource only when it
+   differs, with the cached ``resourceVersion``; events for a swap started, completed or
+   abandoned, a deferral, and degradation (:func:`~.plan.transitions`).
+
+**The pool is the only authority on its members' replicas** (docs/modelpool.md, "grant"): the
+write that sets the owner's ``replicas: 1`` also grants it the slot
+(``inference.modelpool.dev/granted-by: <pool>``, :mod:`~.grant`), and the write that sets a member
+to 0 revokes it. The InferenceService
+controller never raises a member's Deployment without that grant, so a member
+whose ``replicas`` is unset (= 1) does not run merely for being applied.
+
+**Writes are optimistic.** A member is scaled by an update of the cached InferenceService, which
+carries its ``resourceVersion``: if anyone wrote it since (an activator scaling a failed target
+down, another controller), the API server answers 409. That is a ``MemberWriteConflict``
+(:class:`MemberWriteConflict`): counted in ``modelpool_member_write_conflicts_total{pool,member}``,
+recorded as a Warning event on the pool, and the key is requeued, so the next reconcile decides
+again on the newer object; the refused write is never repeated as it was. Status writes are
+guarded the same way.
+
+**Driven by watches** (docs/modelpool.md): pools, their members, the members' Deployments, pods
+(``inference.modelpool.dev/inferenceservice`` label) and EndpointSlices
+(``kubernetes.io/service-name``), and pool Leases (selected by their
+``inference.modelpool.dev/pool`` label). Two timed requeues are backstops for what no watch
+reports: a deferred drain is re-probed, and a valid intent is re-checked just after it would
+expire.
+
+**Traced as part of the request that asked** (DESIGN 4.11): a reconcile that acts on a valid intent
+carrying a ``traceparent`` is a child of the activator's ``swap`` span (:meth:`trace_parent`, which
+the framework asks before it starts the ``reconcile`` span), not a root. Inside it: ``drain
+decision`` (the plan, with one ``slots probe`` per endpoint), one ``scale`` span per member write,
+and the swap's waiting phases, ``wait for pods gone`` and ``owner up``, recorded with their true
+start and end (:mod:`~.phases`) under the swap's span too. A parent, not a link: a trace viewer
+draws children in the request's waterfall, where the 40 s are, while a link is a footnote.
+
+**Metrics** (:mod:`~.metrics`): the resident and phase per pool, since when it is Swapping and its
+budget, swaps completed, drain deferrals by reason, idle-probe outcomes and latency.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import anyio
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelPoolStatus
+from controlplane.api.v1alpha1.activation import POOL_LABEL, pool_for_lease, pool_lease_name
+from controlplane.api.v1alpha1.inferenceservice import RUNTIME_LLAMACPP
+from controlplane.api.v1alpha1.modelpool import (
+    DEFAULT_SWAP_BUDGET,
+    PHASE_READY,
+    PHASE_SWAPPING,
+    PHASES,
+    parse_duration,
+)
+from controlplane.controllers.inferenceservice.desired import ISVC_LABEL
+from controlplane.controllers.memberwrites import MEMBER_WRITE_CONFLICTS
+from controlplane.controllers.modelpool import metrics
+from controlplane.controllers.modelpool.grant import granted_by, lists_member, set_grant
+from controlplane.controllers.modelpool.intent import LeaseObserver, Owner, choose_owner
+from controlplane.controllers.modelpool.phases import PhaseSpan, SwapPhases
+from controlplane.controllers.modelpool.plan import (
+    DEFER_REQUEUE_SECONDS,
+    MemberState,
+    PoolView,
+    all_idle,
+    deferral_from,
+    deployment_drained,
+    owner_why,
+    plan_actions,
+    pool_status,
+    requeue_result,
+    slot_allocated_since,
+    status_changed,
+    transitions,
+)
+from controlplane.probes.idle import IdleOutcome, IdleProbe, IdleReport
+from controlplane.probes.llamacpp import SlotsProbe
+from controlplane.runtime.cache import LABEL_INDEX, NAMESPACE_INDEX, Object
+from controlplane.runtime.client import KubeClient
+from controlplane.runtime.controller import Request, Result
+from controlplane.runtime.endpoints import SERVICE_NAME_LABEL, member_urls
+from controlplane.runtime.errors import Conflict, NotFound
+from controlplane.runtime.events import EventRecorder
+from controlplane.runtime.informer import Informer
+from controlplane.runtime.manager import Manager
+from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, LEASES, PODS
+from controlplane.runtime.tracing import context_of_traceparent
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer("controlplane.controllers.modelpool")
+
+CONTROLLER_NAME: Final = "modelpool"
+EVENT_REPORTER: Final = "modelpool-operator/modelpool"
+#: Probes per pool run concurrently; members are at most 32 (the API's bound).
+MAX_CONCURRENT_RECONCILES: Final = 4
+#: The Event reason (and outcome name) of a member write refused with 409.
+REASON_MEMBER_WRITE_CONFLICT: Final = "MemberWriteConflict"
+
+
+@dataclass(frozen=True, slots=True)
+class MemberWriteConflict:
+    """A member write the API server refused with 409: someone wrote the member after our cache
+    saw it. Not an error to retry: the key is requeued and decided again on the newer object."""
+
+    pool: str
+    member: str
+    replicas: int
+    detail: str
+
+    @property
+    def message(self) -> str:
+        return (
+            f"setting {self.member} to replicas {self.replicas} was refused: it changed since it "
+            f"was read ({self.detail}); deciding again on the newer object"
+        )
+
+
+class ModelPoolReconciler:
+    """Level-triggered: owner from the intent, drain gated on idle probes, status on change."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        recorder: EventRecorder,
+        *,
+        pools: Informer,
+        inference_services: Informer,
+        deployments: Informer,
+        pods: Informer,
+        endpoint_slices: Informer,
+        leases: Informer,
+        observer: LeaseObserver,
+        probes: Mapping[str, IdleProbe],
+    ) -> None:
+        self.client = client
+        self.recorder = recorder
+        self.pools = pools
+        self.inference_services = inference_services
+        self.deployments = deployments
+        self.pods = pods
+        self.endpoint_slices = endpoint_slices
+        self.leases = leases
+        self.observer = observer
+        #: Per pool, the resourceVersion our last status write replaced: while the cache still
+        #: shows it, the cache is older than what we wrote.
+        self._superseded: dict[str, str | None] = {}
+        #: The idle probe of each runtime (``spec.runtime``); llama.cpp's is the only one in v1.
+        self.probes = probes
+        #: The waiting phases of swaps under way, to record as spans when they end.
+        self.phases = SwapPhases()
+        #: Per pool, the resident last exported (its gauge is removed when it changes).
+        self._exported_resident: dict[str, str] = {}
+
+    # -- reading the caches ----------------------------------------------------------------------
+
+    def _in_namespace(self, informer: Informer, label: str, namespace: str) -> set[str]:
+        store = informer.store
+        return set(store.index_keys(LABEL_INDEX, label)) & set(
+            store.index_keys(NAMESPACE_INDEX, namespace)
+        )
+
+    def member_state(self, namespace: str, name: str, pool: str = "") -> MemberState:
+        """``name`` as the caches show it; ``granted`` when it carries the grant of ``pool``."""
+        isvc = self.inference_services.store.get(f"{namespace}/{name}")
+        if isvc is None:
+            return MemberState(name, found=False, replicas=0)
+        spec = isvc.get("spec") or {}
+        replicas = spec.get("replicas")
+        pods = self._in_namespace(self.pods, f"{ISVC_LABEL}={name}", namespace)
+        return MemberState(
+            name,
+            replicas=1 if replicas is None else int(replicas),
+            runtime=str(spec.get("runtime") or RUNTIME_LLAMACPP),
+            phase=(isvc.get("status") or {}).get("phase"),
+            urls=tuple(member_urls(self.endpoint_slices.store, namespace, name)),
+            pods=len(pods),
+            deployment_drained=deployment_drained(
+                self.deployments.store.get(f"{namespace}/{name}")
+            ),
+            granted=bool(pool) and granted_by(isvc) == pool,
+        )
+
+    # -- tracing -----------------------------------------------------------------------------------
+
+    def _swap_context(self, namespace: str, pool: str) -> otel_context.Context | None:
+        """The trace context of the valid intent on ``pool``'s Lease, if it carries one."""
+        lease = self.leases.store.get(f"{namespace}/{pool_lease_name(pool)}")
+        intent = self.observer.intent(lease)
+        return context_of_traceparent(intent.traceparent) if intent is not None else None
+
+    def trace_parent(self, request: Request) -> otel_context.Context | None:
+        """A reconcile acting on a traced intent is a child of the swap that wrote it."""
+        return self._swap_context(request.namespace, request.name)
+
+    def _record_phase(self, namespace: str, pool: str, phase: PhaseSpan | None) -> None:
+        """A finished phase as a span, under the swap's span when the intent still says which,
+        else under the current reconcile."""
+        if phase is None:
+            return
+        attributes = {"k8s.namespace.name": namespace, "modelpool.pool": pool, **phase.attributes}
+        span = tracer.start_span(
+            phase.name,
+            context=self._swap_context(namespace, pool),
+            attributes=attributes,
+            start_time=phase.start_ns,
+        )
+        span.end(end_time=phase.end_ns)
+
+    # -- the reconcile ---------------------------------------------------------------------------
+
+    async def reconcile(self, request: Request) -> Result:
+        key = str(request)
+        obj = self.pools.store.get(key)
+        if obj is None:
+            self._superseded.pop(key, None)
+            self.phases.forget(key)
+            self._forget_metrics(request.namespace, request.name)
+            return Result()
+        if obj["metadata"].get("resourceVersion") == self._superseded.get(key):
+            # Our own status write has not reached the cache yet: deciding on the older status
+            # could take the resident for somebody it no longer is. Its watch event requeues us.
+            return Result(requeue_after=DEFER_REQUEUE_SECONDS)
+        self._superseded.pop(key, None)
+        pool = ModelPool.from_dict(obj)
+        if pool.metadata.deletion_timestamp:
+            return Result()
+        namespace = request.namespace
+        names = pool.spec.member_names()
+        members = {name: self.member_state(namespace, name, request.name) for name in names}
+        lease = self.leases.store.get(f"{namespace}/{pool_lease_name(request.name)}")
+        intent = self.observer.intent(lease)
+        owner = choose_owner(names, pool.spec.default, pool.status.resident_member, intent)
+        plan = plan_actions(members, owner.name)
+
+        with tracer.start_as_current_span(
+            "drain decision",
+            attributes={
+                "k8s.namespace.name": namespace,
+                "modelpool.pool": request.name,
+                "modelpool.owner": owner.name or "",
+                "modelpool.owner.reason": owner.reason.value,
+            },
+        ) as decision:
+            deferral = None
+            scale_down = list(plan.scale_down)
+            if plan.probe:
+                reports = await self._probe_members(members, plan.probe)
+                scale_down += [m for m in plan.probe if all_idle(reports[m])]
+                deferral = deferral_from({m: r for m, r in reports.items() if not all_idle(r)})
+            decision.set_attribute("modelpool.drain", scale_down)
+            decision.set_attribute("modelpool.owner_up", plan.scale_up is not None)
+            if deferral is not None:
+                decision.set_attribute("modelpool.deferred", deferral.reason)
+                metrics.DRAIN_DEFERRALS.labels(namespace, request.name, deferral.reason).inc()
+        writes = [(name, 0) for name in scale_down]
+        if plan.scale_up is not None:
+            self._record_phase(
+                namespace,
+                request.name,
+                self.phases.owner_may_go_up(key, plan.scale_up, time.time_ns()),
+            )
+            writes.append((plan.scale_up, 1))
+        for name, replicas in writes:
+            if not await self._scale(obj, name, replicas, owner):
+                return Result(requeue=True)  # the watch brings the newer member; decide again
+            if replicas == 0:
+                self.phases.drained(key, name, owner.name, time.time_ns())
+            else:
+                self.phases.raised(key, name, time.time_ns())
+
+        now = datetime.now(UTC)
+        status = pool_status(pool, PoolView(members, owner, plan, deferral, now))
+        if status.phase == PHASE_READY:
+            phase = self.phases.owner_ready(key, status.resident_member, time.time_ns())
+            self._record_phase(namespace, request.name, phase)
+        self._export(namespace, request.name, pool.spec.swap_budget, status)
+        if status_changed(pool.status, status):
+            previous = pool.status
+            pool.status = status
+            try:
+                await self.client.update_status(ModelPool.resource(), pool.to_dict())
+                self._superseded[key] = obj["metadata"].get("resourceVersion")
+            except Conflict:
+                return Result(requeue=True)  # our cache was stale; the watch brings the new one
+            except NotFound:
+                return Result()
+            self._record_transitions(obj, previous, status, owner, now)
+            resident = status.resident_member
+            if resident and resident != previous.resident_member:
+                metrics.SWAPS_COMPLETED.labels(namespace, request.name, resident).inc()
+        if deferral is not None:
+            log.info("%s: %s: %s", key, deferral.reason, deferral.message)
+            self.recorder.event(obj, "Warning", deferral.reason, "Drain", deferral.message)
+        if owner.ignored is not None:
+            self.recorder.event(obj, "Warning", "IntentIgnored", "SelectOwner", owner.ignored)
+        return requeue_result(deferral, intent)
+
+    async def _probe_members(
+        self, members: Mapping[str, MemberState], names: Sequence[str]
+    ) -> dict[str, list[tuple[str, IdleReport]]]:
+        """Probe every ready endpoint of each member, all at once."""
+        reports: dict[str, list[tuple[str, IdleReport]]] = {name: [] for name in names}
+
+        async def one(probe: IdleProbe, runtime: str, member: str, url: str) -> None:
+            started = time.perf_counter()
+            report = await probe.probe(url, member=member)
+            metrics.IDLE_PROBE_DURATION.labels(runtime).observe(time.perf_counter() - started)
+            metrics.IDLE_PROBES.labels(runtime, report.outcome.value).inc()
+            reports[member].append((url, report))
+
+        async with anyio.create_task_group() as group:
+            for name in names:
+                state = members[name]
+                probe = self.probes.get(state.runtime)
+                if probe is None:
+                    why = f"runtime {state.runtime!r} has no idle probe"
+                    reports[name].append(("-", IdleReport(IdleOutcome.FAILED, why)))
+                elif not state.urls:
+                    why = "Ready, but no ready endpoint to probe"
+                    reports[name].append(("-", IdleReport(IdleOutcome.FAILED, why)))
+                else:
+                    for url in state.urls:
+                        group.start_soon(one, probe, state.runtime, name, url)
+        for results in reports.values():
+            results.sort()
+        return reports
+
+    async def _scale(self, pool: Object, name: str, replicas: int, owner: Owner) -> bool:
+        """Set a member's ``spec.replicas`` and its grant (given with 1, revoked with 0) in one
+        update of the cached object, whose ``resourceVersion`` makes the write optimistic; False
+        when it was refused (409: :meth:`_conflict`) or the member is gone."""
+        meta = pool["metadata"]
+        key = f"{meta.get('namespace')}/{meta['name']}"
+        isvc = self.inference_services.store.get(f"{meta.get('namespace')}/{name}")
+        if isvc is None:
+            return False
+        isvc.setdefault("spec", {})["replicas"] = replicas
+        set_grant(isvc, meta["name"] if replicas else None)
+        attributes = {
+            "k8s.namespace.name": str(meta.get("namespace") or ""),
+            "modelpool.pool": meta["name"],
+            "modelpool.member": name,
+            "modelpool.replicas": replicas,
+        }
+        with tracer.start_as_current_span("scale", attributes=attributes) as span:
+            try:
+                await self.client.update(InferenceService.resource(), isvc)
+            except Conflict as err:
+                span.set_attribute("modelpool.outcome", REASON_MEMBER_WRITE_CONFLICT)
+                self._conflict(pool, MemberWriteConflict(meta["name"], name, replicas, str(err)))
+                return False
+            except NotFound:
+                span.set_attribute("modelpool.outcome", "NotFound")
+                log.info("%s: %s is gone; requeued", key, name)
+                return False
+            span.set_attribute("modelpool.outcome", "written")
+        why = "drained" if replicas == 0 else f"the owner, {owner_why(owner)}"
+        log.info("%s: %s scaled to %d: %s", key, name, replicas, why)
+        return True
+
+    # -- metrics -------------------------------------------------------------------------------
+
+    def _export(
+        self, namespace: str, pool: str, budget: str | None, status: ModelPoolStatus
+    ) -> None:
+        """The pool's gauges from the status just decided (written or unchanged)."""
+        key = f"{namespace}/{pool}"
+        resident = status.resident_member or ""
+        previous = self._exported_resident.get(key)
+        if previous is not None and previous != resident:
+            with contextlib.suppress(KeyError):
+                metrics.POOL_RESIDENT.remove(namespace, pool, previous)
+        if resident:
+            metrics.POOL_RESIDENT.labels(namespace, pool, resident).set(1)
+        self._exported_resident[key] = resident
+        for phase in PHASES:
+            metrics.POOL_PHASE.labels(namespace, pool, phase).set(int(status.phase == phase))
+        since = 0.0
+        if status.phase == PHASE_SWAPPING:
+            since = _epoch_seconds(slot_allocated_since(status)) or time.time()
+        metrics.SWAPPING_SINCE.labels(namespace, pool).set(since)
+        metrics.SWAP_BUDGET.labels(namespace, pool).set(
+            parse_duration(budget, parse_duration(DEFAULT_SWAP_BUDGET, 300.0))
+        )
+
+    def _forget_metrics(self, namespace: str, pool: str) -> None:
+        """A deleted pool's series go with it."""
+        resident = self._exported_resident.pop(f"{namespace}/{pool}", "")
+        removals: list[tuple[Any, tuple[str, ...]]] = [
+            (metrics.SWAPPING_SINCE, (namespace, pool)),
+            (metrics.SWAP_BUDGET, (namespace, pool)),
+            *((metrics.POOL_PHASE, (namespace, pool, phase)) for phase in PHASES),
+        ]
+        if resident:
+            removals.append((metrics.POOL_RESIDENT, (namespace, pool, resident)))
+        for family, labels in removals:
+            with contextlib.suppress(KeyError):
+                family.remove(*labels)
+
+    def _conflict(self, pool: Object, conflict: MemberWriteConflict) -> None:
+        """A ``MemberWriteConflict`` made visible: counted, logged, a Warning event on the pool."""
+        MEMBER_WRITE_CONFLICTS.labels(pool=conflict.pool, member=conflict.member).inc()
+        log.info("%s: %s: %s", conflict.pool, REASON_MEMBER_WRITE_CONFLICT, conflict.message)
+        self.recorder.event(
+            pool, "Warning", REASON_MEMBER_WRITE_CONFLICT, "ScaleMember", conflict.message
+        )
+
+    def _record_transitions(
+        self,
+        pool: Object,
+        before: ModelPoolStatus,
+        after: ModelPoolStatus,
+        owner: Owner,
+        now: datetime,
+    ) -> None:
+        """Log and record the events of a status change (:func:`~.plan.transitions`)."""
+        key = f"{pool['metadata'].get('namespace')}/{pool['metadata']['name']}"
+        for event in transitions(before, after, owner, now):
+            if event.warning:
+                log.warning("%s: %s: %s", key, event.reason, event.message)
+            else:
+                log.info("%s: %s", key, event.message)
+            self.recorder.event(
+                pool,
+                "Warning" if event.warning else "Normal",
+                event.reason,
+                event.action,
+                event.message,
+            )
+
+    # -- mapping events to pools -----------------------------------------------------------------
+
+    def pools_with_member(self, namespace: str, member: str) -> list[Request]:
+        return [
+            Request(namespace, pool["metadata"]["name"])
+            for pool in self.pools.store.by_index(NAMESPACE_INDEX, namespace)
+            if lists_member(pool, member)
+        ]
+
+    def map_member(self, obj: Object) -> Iterable[Request]:
+        """An InferenceService or Deployment (same name) to the pools it is a member of."""
+        meta = obj["metadata"]
+        return self.pools_with_member(meta.get("namespace") or "", meta["name"])
+
+    def map_labelled(self, label: str) -> Any:
+        def mapper(obj: Object) -> Iterable[Request]:
+            meta = obj["metadata"]
+            member = (meta.get("labels") or {}).get(label)
+            return self.pools_with_member(meta.get("namespace") or "", member) if member else ()
+
+        return mapper
+
+
+def _epoch_seconds(stamp: str | None) -> float | None:
+    """An RFC 3339 condition time as Unix seconds, or None."""
+    if not stamp:
+        return None
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def map_lease(obj: Object) -> Iterable[Request]:
+    pool = pool_for_lease(obj)
+    return (Request(obj["metadata"].get("namespace") or "", pool),) if pool else ()
+
+
+def setup_model_pool_controller(
+    manager: Manager, identity: str, probe: IdleProbe | None = None
+) -> ModelPoolReconciler:
+    """Wire the controller into ``manager`` (every namespace); shares informers with the
+    InferenceService controller where both read the same thing."""
+    pools = manager.informer(ModelPool.resource())
+    inference_services = manager.informer(InferenceService.resource())
+    deployments = manager.informer(DEPLOYMENTS)
+    pods = manager.informer(PODS, label_selector=ISVC_LABEL)
+    endpoint_slices = manager.informer(ENDPOINT_SLICES, label_selector=SERVICE_NAME_LABEL)
+    leases = manager.informer(LEASES, label_selector=POOL_LABEL)
+    observer = LeaseObserver()
+    leases.add_handler(observer)  # before the controller's handler: seen before reconciled
+    recorder = manager.event_recorder(EVENT_REPORTER, identity)
+    reconciler = ModelPoolReconciler(
+        manager.client,
+        recorder,
+        pools=pools,
+        inference_services=inference_services,
+        deployments=deployments,
+        pods=pods,
+        endpoint_slices=endpoint_slices,
+        leases=leases,
+        observer=observer,
+        probes={RUNTIME_LLAMACPP: probe or SlotsProbe()},
+    )
+    (
+        manager.new_controller(
+            CONTROLLER_NAME, reconciler, max_concurrent_reconciles=MAX_CONCURRENT_RECONCILES
+        )
+        .for_(pools)
+        .watches(inference_services, reconciler.map_member)
+        .watches(deployments, reconciler.map_member)
+        .watches(pods, reconciler.map_labelled(ISVC_LABEL))
+        .watches(endpoint_slices, reconciler.map_labelled(SERVICE_NAME_LABEL))
+        .watches(leases, map_lease)
+    )
+    return reconciler

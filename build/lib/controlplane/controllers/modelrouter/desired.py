@@ -1,0 +1,279 @@
+"""What a ModelRouter wants: its five children, as server-side apply bodies.
+
+Kept apart from the status rules and the reconciler because these are pure functions of the
+router object, and the unit tests (``tests/unit/test_modelrouter_desired.py``) check them as such.
+
+For each ModelRouter ``R`` in namespace ``NS``, every child carries a controller
+``ownerReference`` to the router (``blockOwnerDeletion``: deletion cascades through the garbage
+collector) and the labels of :func:`child_labels` (``app.kubernetes.io/managed-by:
+modelpool-operator`` among them, which the informers of the RBAC kinds filter on):
+
+* ServiceAccount ``R-proxy``: the identity of the proxy pods;
+* Role ``R-activation`` with exactly :data:`~controlplane.controllers.rbac.ROUTER_PROXY_RULES`
+  (rendered compacted, one rule per resource) and RoleBinding ``R-activation`` to the
+  ServiceAccount;
+* Deployment ``R-proxy``: ``spec.proxy.replicas`` as is (no replica pin: replicas elect one swap
+  driver per pool through a Lease), ``spec.proxy.image``, ``router-proxy --router R --namespace
+  NS``; traffic, ``/healthz``, ``/readyz`` and ``/metrics`` on ``http`` (:data:`PROXY_PORT`,
+  the proxy's default bind address), hardened like the operator;
+* Service ``R``: ClusterIP, port 80 to ``http``. ``status.endpoint`` is ``http://R.NS.svc``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from controlplane.api.v1alpha1.meta import API_VERSION
+from controlplane.api.v1alpha1.modelrouter import (
+    DEFAULT_PROXY_IMAGE,
+    MIN_PROXY_REPLICAS,
+    ModelRouter,
+)
+from controlplane.controllers.children import (
+    INSTANCE_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    NAME_LABEL,
+    resource_requirements,
+    with_spec_hash,
+)
+from controlplane.controllers.rbac import ROUTER_PROXY_RULES
+from controlplane.runtime.rbac import compact
+
+ROUTER_LABEL: Final = "inference.modelpool.dev/modelrouter"
+PROXY_NAME: Final = "router-proxy"
+
+PROXY_SUFFIX: Final = "-proxy"
+ACTIVATION_SUFFIX: Final = "-activation"
+CONTAINER_NAME: Final = "proxy"
+#: The proxy's port: OpenAI-compatible traffic, and also ``/healthz``, ``/readyz`` and
+#: ``/metrics`` (the router-proxy serves all of them on its one bind address, default
+#: ``0.0.0.0:8000``). The Service's port 80 targets it by name.
+PROXY_PORT_NAME: Final = "http"
+PROXY_PORT: Final = 8000
+#: Where the probes go: the same port, by name.
+PROBE_PORT_NAME: Final = PROXY_PORT_NAME
+SERVICE_PORT: Final = 80
+#: The root filesystem is read-only: the preflight's verdict cache goes to the tmp emptyDir.
+TMP_VOLUME: Final = "tmp"
+TMP_SIZE_LIMIT: Final = "64Mi"
+CACHE_HOME: Final = "/tmp/cache"
+#: The operator image's unprivileged user.
+RUN_AS_USER: Final = 65532
+#: Used when ``spec.proxy.resources`` is not given.
+DEFAULT_RESOURCES: Final = {
+    "requests": {"cpu": "100m", "memory": "128Mi"},
+    "limits": {"memory": "512Mi"},
+}
+TERMINATION_GRACE_SECONDS: Final = 30
+REVISION_HISTORY_LIMIT: Final = 2
+PROGRESS_DEADLINE_SECONDS: Final = 600
+
+
+def proxy_name(router: str) -> str:
+    """The ServiceAccount's and the Deployment's name."""
+    return f"{router}{PROXY_SUFFIX}"
+
+
+def activation_name(router: str) -> str:
+    """The Role's and the RoleBinding's name."""
+    return f"{router}{ACTIVATION_SUFFIX}"
+
+
+def selector_labels(router: str) -> dict[str, str]:
+    return {ROUTER_LABEL: router}
+
+
+def child_labels(router: str) -> dict[str, str]:
+    return {
+        NAME_LABEL: PROXY_NAME,
+        INSTANCE_LABEL: router,
+        MANAGED_BY_LABEL: MANAGED_BY,
+        ROUTER_LABEL: router,
+    }
+
+
+def endpoint(router: ModelRouter) -> str:
+    return f"http://{router.name}.{router.namespace}.svc"
+
+
+def owner_reference(router: ModelRouter) -> dict[str, Any]:
+    if not router.metadata.uid:
+        raise ValueError(f"ModelRouter {router.name} has no uid (it was never stored)")
+    return {
+        "apiVersion": API_VERSION,
+        "kind": ModelRouter.KIND,
+        "name": router.name,
+        "uid": router.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(router: ModelRouter, name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": router.namespace,
+        "labels": child_labels(router.name or ""),
+        "ownerReferences": [owner_reference(router)],
+    }
+
+
+def activation_rules() -> list[dict[str, Any]]:
+    """The activation Role's rules: :data:`ROUTER_PROXY_RULES`, one rule per resource."""
+    return [rule.to_manifest() for rule in compact(ROUTER_PROXY_RULES)]
+
+
+def desired_service_account(router: ModelRouter) -> dict[str, Any]:
+    return with_spec_hash(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _metadata(router, proxy_name(router.name or "")),
+        }
+    )
+
+
+def desired_role(router: ModelRouter) -> dict[str, Any]:
+    return with_spec_hash(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _metadata(router, activation_name(router.name or "")),
+            "rules": activation_rules(),
+        }
+    )
+
+
+def desired_role_binding(router: ModelRouter) -> dict[str, Any]:
+    name = router.name or ""
+    return with_spec_hash(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _metadata(router, activation_name(name)),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": activation_name(name),
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": proxy_name(name), "namespace": router.namespace}
+            ],
+        }
+    )
+
+
+def proxy_args(router: ModelRouter) -> list[str]:
+    return [PROXY_NAME, "--router", router.name or "", "--namespace", router.namespace or ""]
+
+
+def desired_replicas(router: ModelRouter) -> int:
+    proxy = router.spec.proxy
+    return proxy.replicas if proxy is not None and proxy.replicas else MIN_PROXY_REPLICAS
+
+
+def _resources(router: ModelRouter) -> dict[str, Any]:
+    wanted = router.spec.proxy.resources if router.spec.proxy is not None else None
+    if wanted is None or not (wanted.limits or wanted.requests):
+        return {kind: dict(values) for kind, values in DEFAULT_RESOURCES.items()}
+    return resource_requirements(wanted.limits, wanted.requests)
+
+
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def _probe(path: str, initial_delay: int, period: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": PROBE_PORT_NAME},
+        "initialDelaySeconds": initial_delay,
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+    }
+
+
+def desired_deployment(router: ModelRouter) -> dict[str, Any]:
+    """The router-proxy Deployment, as a server-side apply body."""
+    name = router.name or ""
+    image = (router.spec.proxy.image if router.spec.proxy is not None else None) or (
+        DEFAULT_PROXY_IMAGE
+    )
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "args": proxy_args(router),
+        "env": [
+            _field_env("POD_NAME", "metadata.name"),
+            _field_env("POD_NAMESPACE", "metadata.namespace"),
+            {"name": "XDG_CACHE_HOME", "value": CACHE_HOME},
+        ],
+        "ports": [
+            {"name": PROXY_PORT_NAME, "containerPort": PROXY_PORT, "protocol": "TCP"},
+        ],
+        "livenessProbe": _probe("/healthz", 10, 20),
+        "readinessProbe": _probe("/readyz", 5, 10),
+        "resources": _resources(router),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [{"name": TMP_VOLUME, "mountPath": "/tmp"}],
+    }
+    return with_spec_hash(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": _metadata(router, proxy_name(name)),
+            "spec": {
+                "replicas": desired_replicas(router),
+                "selector": {"matchLabels": selector_labels(name)},
+                "progressDeadlineSeconds": PROGRESS_DEADLINE_SECONDS,
+                "revisionHistoryLimit": REVISION_HISTORY_LIMIT,
+                "template": {
+                    "metadata": {"labels": child_labels(name)},
+                    "spec": {
+                        "serviceAccountName": proxy_name(name),
+                        "automountServiceAccountToken": True,
+                        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+                        "securityContext": {
+                            "runAsNonRoot": True,
+                            "runAsUser": RUN_AS_USER,
+                            "runAsGroup": RUN_AS_USER,
+                            "seccompProfile": {"type": "RuntimeDefault"},
+                        },
+                        "containers": [container],
+                        "volumes": [
+                            {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": TMP_SIZE_LIMIT}}
+                        ],
+                    },
+                },
+            },
+        }
+    )
+
+
+def desired_service(router: ModelRouter) -> dict[str, Any]:
+    """The ClusterIP Service in front of the proxy, as a server-side apply body."""
+    name = router.name or ""
+    return with_spec_hash(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _metadata(router, name),
+            "spec": {
+                "type": "ClusterIP",
+                "selector": selector_labels(name),
+                "ports": [
+                    {
+                        "name": PROXY_PORT_NAME,
+                        "port": SERVICE_PORT,
+                        "targetPort": PROXY_PORT_NAME,
+                        "protocol": "TCP",
+                    }
+                ],
+            },
+        }
+    )

@@ -1,0 +1,105 @@
+"""Every permission the operator and the router-proxy need: the single source of RBAC truth.
+
+``hack/`` renders ``manifests/rbac/`` from these declarations and fails CI when they drift; the
+preflight checks exactly these at start-up. Each controller's needs are declared under its name so
+that a rule can be traced to the code that uses it. Verbs are spelled out: no wildcards.
+"""
+
+from __future__ import annotations
+
+from controlplane.runtime.rbac import PolicyRule
+
+GROUP = "inference.modelpool.dev"
+#: Who holds these rules: the operator's ServiceAccount, in the namespace it is installed into.
+OPERATOR_NAMESPACE = "modelpool-system"
+OPERATOR_SERVICE_ACCOUNT = "modelpool-operator"
+READ = ("get", "list", "watch")
+WRITE = ("create", "update", "patch", "delete")
+STATUS = ("get", "update", "patch")
+
+#: InferenceService controller: owns a Deployment and a Service per InferenceService.
+INFERENCE_SERVICE_RULES = (
+    PolicyRule((GROUP,), ("inferenceservices",), (*READ, "update", "patch")),
+    PolicyRule((GROUP,), ("inferenceservices/status",), STATUS),
+    PolicyRule((GROUP,), ("inferenceservices/finalizers",), ("update",)),
+    PolicyRule(("apps",), ("deployments",), (*READ, *WRITE)),
+    PolicyRule(("",), ("services",), (*READ, *WRITE)),
+    # Its pods are watched (never written) to know when the last one is gone: Stopped.
+    PolicyRule(("",), ("pods",), READ),
+    # Pools are read (never written): a member's Deployment is raised only with its pool's grant.
+    PolicyRule((GROUP,), ("modelpools",), READ),
+)
+
+#: ModelPool controller: scales members, watches their pods and the pool's Lease, probes /slots.
+MODEL_POOL_RULES = (
+    PolicyRule((GROUP,), ("modelpools",), READ),
+    PolicyRule((GROUP,), ("modelpools/status",), STATUS),
+    PolicyRule((GROUP,), ("inferenceservices",), (*READ, "update", "patch")),
+    PolicyRule(("apps",), ("deployments",), READ),
+    PolicyRule(("",), ("pods",), READ),
+    PolicyRule(("discovery.k8s.io",), ("endpointslices",), READ),
+    PolicyRule(("coordination.k8s.io",), ("leases",), READ),
+)
+
+#: Rules of the per-router activation Role the ModelRouter controller creates at run time. The
+#: operator's ClusterRole must hold every one of them, or the API server refuses the Role.
+ACTIVATION_ROLE_RULES = (
+    PolicyRule((GROUP,), ("inferenceservices",), (*READ, "update", "patch")),
+    PolicyRule(("coordination.k8s.io",), ("leases",), (*READ, *WRITE)),
+    PolicyRule((GROUP,), ("modelpools",), READ),
+)
+
+#: ModelRouter controller: the proxy Deployment, Service, ServiceAccount and activation RBAC.
+MODEL_ROUTER_RULES = (
+    PolicyRule((GROUP,), ("modelrouters",), READ),
+    PolicyRule((GROUP,), ("modelrouters/status",), STATUS),
+    PolicyRule((GROUP,), ("modelrouters/finalizers",), ("update",)),
+    PolicyRule(("apps",), ("deployments",), (*READ, *WRITE)),
+    PolicyRule(("",), ("services", "serviceaccounts"), (*READ, *WRITE)),
+    PolicyRule(("rbac.authorization.k8s.io",), ("roles", "rolebindings"), (*READ, *WRITE)),
+    # Backends are read (never written) for the BackendsReady condition.
+    PolicyRule((GROUP,), ("inferenceservices", "modelpools"), READ),
+    # The operator may grant only what it holds: everything the Role it writes for a router's
+    # proxy grants (ROUTER_PROXY_RULES: the activation rules, modelrouters, endpointslices).
+    *ACTIVATION_ROLE_RULES,
+    PolicyRule((GROUP,), ("modelrouters",), READ),
+    PolicyRule(("discovery.k8s.io",), ("endpointslices",), READ),
+)
+
+#: Events, for every controller.
+EVENT_RULES = (PolicyRule(("events.k8s.io",), ("events",), ("create", "patch")),)
+
+#: The operator's ClusterRole: the union of its controllers' needs.
+OPERATOR_CLUSTER_RULES = (
+    *INFERENCE_SERVICE_RULES,
+    *MODEL_POOL_RULES,
+    *MODEL_ROUTER_RULES,
+    *EVENT_RULES,
+)
+
+#: The operator's leader-election Role, in its own namespace only.
+LEADER_ELECTION_RULES = (
+    PolicyRule(("coordination.k8s.io",), ("leases",), (*READ, *WRITE)),
+    *EVENT_RULES,
+)
+
+#: What a router-proxy replica needs in its own namespace: the activation Role, plus reading its
+#: ModelRouter and the members' EndpointSlices (where it sends requests).
+ROUTER_PROXY_RULES = (
+    *ACTIVATION_ROLE_RULES,
+    PolicyRule((GROUP,), ("modelrouters",), READ),
+    PolicyRule(("discovery.k8s.io",), ("endpointslices",), READ),
+)
+
+#: The operator's cluster-wide needs by the controller that has them, for messages that say who
+#: needs a missing permission. Together they are exactly :data:`OPERATOR_CLUSTER_RULES`.
+OPERATOR_CLUSTER_RULES_BY_OWNER = {
+    "InferenceService controller": INFERENCE_SERVICE_RULES,
+    "ModelPool controller": MODEL_POOL_RULES,
+    "ModelRouter controller": MODEL_ROUTER_RULES,
+    "event recorder": EVENT_RULES,
+}
+
+#: Roles the operator writes at run time, by what they are: each must be a subset of the
+#: operator's ClusterRole, or the API server refuses it as an escalation.
+RUNTIME_ROLE_RULES = {"per-router activation Role": ROUTER_PROXY_RULES}

@@ -1,0 +1,74 @@
+"""``controlplane operator``: flags, settings, and exit codes (77 when the preflight is DENIED).
+
+Every subcommand's ``command.py`` has the same three parts: ``add_arguments(parser)``,
+``settings_from(args)`` (the parsed flags as the component's frozen settings dataclass) and
+``run(args) -> int``, which imports the process itself only when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import anyio
+
+from controlplane.cliargs import first_error, host_port_or_off
+from controlplane.controllers.rbac import OPERATOR_NAMESPACE
+from controlplane.operator.settings import (
+    DEFAULT_METRICS_ADDRESS,
+    DEFAULT_PROBE_ADDRESS,
+    LEADER_ELECTION_ID,
+    OperatorSettings,
+)
+from controlplane.preflight import EXIT_DENIED, PreflightDenied
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--namespace",
+        default=os.environ.get("POD_NAMESPACE", OPERATOR_NAMESPACE),
+        help="the operator's own namespace: its Lease and preflight scope ($POD_NAMESPACE)",
+    )
+    parser.add_argument("--kubeconfig", type=Path, default=None)
+    parser.add_argument("--identity", default="", help="leader-election identity ($POD_NAME)")
+    parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--leader-election-id", default=LEADER_ELECTION_ID)
+    parser.add_argument(
+        "--health-probe-bind-address", type=host_port_or_off, default=DEFAULT_PROBE_ADDRESS
+    )
+    parser.add_argument(
+        "--metrics-bind-address", type=host_port_or_off, default=DEFAULT_METRICS_ADDRESS
+    )
+    parser.add_argument("--preflight-cache-dir", type=Path, default=None)
+
+
+def settings_from(args: argparse.Namespace) -> OperatorSettings:
+    return OperatorSettings(
+        namespace=args.namespace,
+        kubeconfig=args.kubeconfig,
+        identity=args.identity,
+        leader_elect=args.leader_elect,
+        leader_election_id=args.leader_election_id,
+        probe_address=args.health_probe_bind_address,
+        metrics_address=args.metrics_bind_address,
+        preflight_cache_dir=args.preflight_cache_dir,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the operator: a leader-elected manager gated by the RBAC preflight."""
+    from controlplane.operator.process import run_operator
+    from controlplane.runtime.leaderelection import LeadershipLost
+
+    code = 0
+    try:
+        anyio.run(run_operator, settings_from(args))
+    except* PreflightDenied as denied:
+        print(f"error: {first_error(denied)}", file=sys.stderr)
+        code = EXIT_DENIED
+    except* LeadershipLost as lost:
+        print(f"error: {first_error(lost)}", file=sys.stderr)
+        code = 1
+    return code

@@ -1,0 +1,37 @@
+"""Every tunable of the operator process in one frozen tree, each default a named constant.
+
+:mod:`controlplane.operator.command` builds an :class:`OperatorSettings` from the flags; tests
+build one directly. Nothing here imports the controllers or the manager, so the CLI can parse
+arguments without loading them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from controlplane.controllers.rbac import OPERATOR_NAMESPACE
+
+#: The operator's leader-election Lease, in its own namespace.
+LEADER_ELECTION_ID = "modelpool-operator"
+DEFAULT_PROBE_ADDRESS = ("0.0.0.0", 8081)
+DEFAULT_METRICS_ADDRESS = ("0.0.0.0", 8080)
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """Everything the operator process is told at start (flags and environment)."""
+
+    #: The operator's own namespace: its Lease and its preflight scope.
+    namespace: str = OPERATOR_NAMESPACE
+    kubeconfig: Path | None = None
+    #: Leader-election identity; empty means :func:`controlplane.process.default_identity`.
+    identity: str = ""
+    leader_elect: bool = True
+    leader_election_id: str = LEADER_ELECTION_ID
+    #: ``/healthz`` and ``/readyz``; None turns them off.
+    probe_address: tuple[str, int] | None = DEFAULT_PROBE_ADDRESS
+    #: ``/metrics``; None turns it off.
+    metrics_address: tuple[str, int] | None = DEFAULT_METRICS_ADDRESS
+    #: Where the preflight keeps its verdict (in a pod, an emptyDir).
+    preflight_cache_dir: Path | None = None

@@ -1,0 +1,524 @@
+"""The activator: hold a cross-model request, coalesce, drive one swap per pool, answer in budget.
+
+*Why one module of this size:* the hold, the turn, the claim, the renewal, the linger and the
+finish are one state machine over one :class:`Swap`; split, each piece would need the others'
+private state to be read.
+
+docs/router.md ("The activator"). A request for a pool member that is not
+ready is *held* (never refused with 429) for at most the pool's ``swapBudget``. Every held request
+for the same target joins one :class:`Swap` on this replica, and its driver task
+
+* waits for **the pool's turn on this replica**: one swap driver per pool, here as across
+  replicas. A swap for another target waits behind the running one exactly as it would behind
+  another replica's claim, instead of retargeting the Lease under it;
+* waits while the incumbent has in-flight requests *on this replica* (``pool_busy`` if the budget
+  runs out that way; the pool controller's ``/slots`` gate protects across replicas);
+* claims the pool's Lease for the target (:class:`~controlplane.router.lease.LeaseCoordinator`);
+  when another replica holds it, waits for the member that holder brings up, or for the Lease to
+  be released or to expire, then claims;
+* renews at a third of the Lease's duration while the target comes up; a holder that has not
+  renewed within the Lease's duration (measured from when its last successful renew was *sent*,
+  so never later than any reader's expiry) counts the Lease as lost and stops acting on it;
+* ends when the target is the pool's Ready resident with a ready endpoint, when the target is
+  Failed (502 to its requests), when nobody waits for it any more (below), or when the replica
+  stops (503 ``proxy_stopping``).
+
+**A claim whose answer was lost** (the API wrote it, the reply failed) may be ours: the swap
+marks it ``maybe_held``, and the next claim finds it ours and carries on; if the swap ends first,
+it releases (release checks holder and target, so it clears only our claim). Nothing is left
+holding an intent that nobody renews.
+
+**Abandoned swaps linger for the retry they promised.** When its last held request times out
+(503 ``pool_activation_timeout`` with a ``Retry-After`` from measured swap times,
+:mod:`controlplane.router.retryafter`), a swap that holds the Lease keeps going until that
+``Retry-After`` plus a grace has passed, so a retrying client joins it and a member that loads
+more slowly than ``swapBudget`` can still become resident. Only when nobody came back is it
+abandoned: the holder scales its target back down (an optimistic write; a 409 is a
+``MemberWriteConflict``, counted, and the write is re-decided from a fresh read) and releases.
+
+**Spans** (docs/router.md, "Tracing"): each held request is a ``hold`` span; the request that
+starts a swap is the parent of its ``swap`` span (the driver), under which the ``lease.claim``,
+``lease.renew`` and ``lease.release`` calls are; a request that joins a running swap links to that
+``swap`` span instead (its own trace stays its own). The claim writes the ``swap`` span's
+``traceparent`` onto the Lease, so the pool controller's reconciles for it are its children.
+
+Only the replica that held the Lease while the target became ready counts the swap in metrics.
+Nothing is dispatched on belief alone: readiness is read from the informer caches at the moment
+a request is dispatched (:meth:`Activator.ready_url`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import anyio
+from opentelemetry import trace
+
+from controlplane.api.v1alpha1 import InferenceService
+from controlplane.api.v1alpha1.inferenceservice import PHASE_FAILED, PHASE_READY
+from controlplane.api.v1alpha1.modelpool import DEFAULT_SWAP_BUDGET
+from controlplane.clock import TimeSource
+from controlplane.router import metrics
+from controlplane.router.errors import (
+    ActivationFailed,
+    ActivationTimeout,
+    BackendUnavailable,
+    LeaseUnavailable,
+    PoolBusy,
+    ProxyError,
+    ProxyStopping,
+)
+from controlplane.router.inflight import InFlightRequests
+from controlplane.router.lease import LeaseCoordinator, ObjectApi, ReleaseFailed, Renewal
+from controlplane.router.retryafter import LINGER_GRACE_SECONDS, SwapHistory
+from controlplane.router.routing import Route, parse_duration
+from controlplane.runtime.errors import Conflict, KubeError, NotFound
+from controlplane.runtime.objects import ObjectView
+from controlplane.runtime.tracing import traceparent_of
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer("controlplane.router.activator")
+
+ISVC = InferenceService.resource()
+DEFAULT_BUDGET_SECONDS = parse_duration(DEFAULT_SWAP_BUDGET, 300.0)
+#: Backstop wake-up of waiting loops (progress is driven by cache events).
+POLL_SECONDS = 1.0
+#: A claim that found the Lease held by another, or failed, is retried no sooner than this.
+CLAIM_RETRY_SECONDS = 0.25
+#: Attempts to scale an abandoned target down through write conflicts.
+SCALE_DOWN_ATTEMPTS = 5
+#: Pause between attempts to release a claim the API did not confirm.
+RELEASE_RETRY_SECONDS = 0.5
+#: How long a stopping replica keeps trying to release (its pod has a grace period to honour;
+#: an unreleased claim expires by itself).
+RELEASE_WHILE_STOPPING_SECONDS = 2.0
+
+
+class ClusterView(Protocol):
+    """What the activator reads: the informer caches of the proxy's namespace."""
+
+    def pool(self, name: str) -> ObjectView | None: ...
+
+    def isvc(self, name: str) -> ObjectView | None: ...
+
+    def member_urls(self, member: str) -> list[str]: ...
+
+
+class MemberWriteConflict(Exception):
+    """A member write was refused with 409: someone wrote it since we read it."""
+
+
+class Notifier:
+    """Wakes every waiter on any change (cache event, in-flight release, swap state)."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = anyio.Event()
+
+    def snapshot(self) -> anyio.Event:
+        """The event the next change sets; take it *before* reading the state it guards."""
+        return self._event
+
+    @staticmethod
+    async def wait(event: anyio.Event, timeout: float) -> None:
+        with anyio.move_on_after(max(0.0, timeout)):
+            await event.wait()
+
+
+@dataclass
+class Swap:
+    """One target being brought up on behalf of the requests held for it on this replica."""
+
+    pool: str
+    member: str
+    started_at: float
+    waiters: int = 0
+    busy: bool = False  # the incumbent has in-flight requests here: not claimed yet
+    holding: bool = False  # we hold the pool's Lease for this target
+    maybe_held: bool = False  # a claim failed after it may have been written
+    lease_error: LeaseUnavailable | None = None  # the last claim failed this way
+    error: ProxyError | None = None  # the swap ended in an error for its waiters
+    finished: bool = False
+    outcome: str = "pending"
+    origin: str = ""  # the resident when the Lease was claimed
+    claimed_at: float = 0.0
+    renew_sent_at: float = 0.0  # when the last renew attempt was sent
+    renewed_ok_at: float = 0.0  # when the last successful claim or renew was sent
+    linger_until: float = 0.0  # an unattended holder keeps going until then
+    #: The driver's span: child of the hold that started the swap, linked from those that joined.
+    span: trace.Span = trace.INVALID_SPAN
+    started_by: trace.Span | None = None  # the hold span current when the swap was started
+
+
+class Activator:
+    """Turns a route into a ready upstream URL, holding and swapping as needed."""
+
+    needs_leader_election = False
+
+    def __init__(
+        self,
+        view: ClusterView,
+        coordinator: LeaseCoordinator,
+        client: ObjectApi,
+        namespace: str,
+        *,
+        inflight: InFlightRequests | None = None,
+        notifier: Notifier | None = None,
+        history: SwapHistory | None = None,
+        linger_grace: float = LINGER_GRACE_SECONDS,
+        clock: TimeSource = time.monotonic,
+    ) -> None:
+        self.view = view
+        self.coordinator = coordinator
+        self.client = client
+        self.namespace = namespace
+        self.notifier = notifier or Notifier()
+        self.inflight = inflight or InFlightRequests(self.notifier.notify)
+        self.history = history or SwapHistory()
+        self.linger_grace = linger_grace
+        self.clock = clock
+        self.swaps: dict[tuple[str, str], Swap] = {}
+        #: Per pool, the one swap on this replica allowed to claim and drive.
+        self.turns: dict[str, Swap] = {}
+        self.stopping = False
+        self._group: anyio.abc.TaskGroup | None = None
+
+    async def start(self) -> None:
+        """Run swap drivers until cancelled (a manager runnable); then stop starting swaps."""
+        async with anyio.create_task_group() as group:
+            self._group = group
+            try:
+                await anyio.sleep_forever()
+            finally:
+                self._stop()
+
+    def _stop(self) -> None:
+        if not self.stopping:
+            self.stopping = True
+            log.info("activator stopping: held requests are answered 503, no swap is started")
+        self.notifier.notify()
+
+    # -- reading the caches ----------------------------------------------------------------------
+
+    def ready_url(self, pool_name: str, member: str) -> str | None:
+        """The member's URL if it is the pool's Ready resident with a ready endpoint, else None."""
+        pool = self.view.pool(pool_name)
+        if pool is None or (pool.get("status") or {}).get("residentMember") != member:
+            return None
+        isvc = self.view.isvc(member)
+        if isvc is None or (isvc.get("status") or {}).get("phase") != PHASE_READY:
+            return None
+        urls = self.view.member_urls(member)
+        return urls[0] if urls else None
+
+    def budget(self, pool_name: str) -> float:
+        pool = self.view.pool(pool_name) or {}
+        text = (pool.get("spec") or {}).get("swapBudget")
+        return parse_duration(text, DEFAULT_BUDGET_SECONDS)
+
+    def resident(self, pool_name: str) -> str:
+        status = (self.view.pool(pool_name) or {}).get("status") or {}
+        return str(status.get("residentMember") or "")
+
+    def retry_after(self, swap: Swap) -> int:
+        """When ``swap``'s target is likely up, from the swap times measured here."""
+        elapsed = self.clock() - swap.started_at
+        return self.history.retry_after(swap.pool, swap.member, elapsed, self.budget(swap.pool))
+
+    # -- the one public call ---------------------------------------------------------------------
+
+    async def upstream(self, route: Route) -> str:
+        """A URL to dispatch ``route`` to now; raises a :class:`ProxyError` subclass."""
+        if route.pool is None:
+            urls = self.view.member_urls(route.member)
+            if not urls:
+                raise BackendUnavailable(f"{route.member} has no ready endpoint")
+            return urls[0]
+        url = self.ready_url(route.pool, route.member)
+        if url is not None:
+            return url  # fast path
+        return await self.hold(route.pool, route.member)
+
+    async def hold(self, pool: str, member: str) -> str:
+        """Hold until ``member`` of ``pool`` is ready (within budget), joining its swap: a span
+        ``hold`` whose outcome says how it ended."""
+        attributes = {
+            "k8s.namespace.name": self.namespace,
+            "modelpool.pool": pool,
+            "modelpool.member": member,
+        }
+        with tracer.start_as_current_span("hold", attributes=attributes) as span:
+            try:
+                url = await self._hold(pool, member, span)
+            except ProxyError as err:
+                span.set_attribute("modelpool.outcome", err.code)
+                span.set_status(trace.StatusCode.ERROR, err.message)
+                raise
+            span.set_attribute("modelpool.outcome", "ready")
+            return url
+
+    async def _hold(self, pool: str, member: str, span: trace.Span) -> str:
+        swap = self._join(pool, member)  # raises ProxyStopping on a stopping replica
+        self._note_swap(span, swap)
+        budget = self.budget(pool)
+        started = self.clock()
+        gauge = metrics.HELD_REQUESTS.labels(pool)
+        gauge.inc()
+        try:
+            with anyio.move_on_after(budget):
+                while True:
+                    event = self.notifier.snapshot()
+                    url = self.ready_url(pool, member)
+                    if url is not None:
+                        return url
+                    if swap.error is not None:
+                        raise swap.error
+                    if self.stopping:
+                        raise ProxyStopping(
+                            f"this router-proxy replica is stopping; retry for {member}",
+                            retry_after=self.retry_after(swap),
+                        )
+                    if swap.finished:  # ended without making it ready (e.g. readiness flickered)
+                        swap.waiters -= 1
+                        swap = self._join(pool, member)
+                        self._note_swap(span, swap)
+                    await Notifier.wait(event, POLL_SECONDS)
+            raise self._budget_elapsed(swap, budget)
+        finally:
+            swap.waiters -= 1
+            gauge.dec()
+            metrics.HOLD_DURATION.labels(pool).observe(self.clock() - started)
+            self.notifier.notify()
+
+    def _budget_elapsed(self, swap: Swap, budget: float) -> ProxyError:
+        """The 503 for a request whose budget ran out, and the swap's linger for its retry."""
+        retry = self.retry_after(swap)
+        swap.linger_until = max(swap.linger_until, self.clock() + retry + self.linger_grace)
+        pool, member = swap.pool, swap.member
+        if swap.busy:
+            return PoolBusy(
+                f"pool {pool}: the resident member is busy; {member} was not activated "
+                f"within the swap budget ({budget:g} s)",
+                retry_after=retry,
+            )
+        if swap.lease_error is not None:
+            return LeaseUnavailable(
+                f"pool {pool}: {member} was not activated within the swap budget "
+                f"({budget:g} s): {swap.lease_error.message}",
+                retry_after=retry,
+            )
+        return ActivationTimeout(
+            f"pool {pool}: {member} did not become ready within the swap budget ({budget:g} s)",
+            retry_after=retry,
+        )
+
+    @staticmethod
+    def _note_swap(span: trace.Span, swap: Swap) -> None:
+        """A hold that joined a swap it did not start links to that swap's span."""
+        if swap.started_by is not span and swap.span.get_span_context().is_valid:
+            span.add_link(swap.span.get_span_context(), {"modelpool.link": "joined_swap"})
+            span.set_attribute("modelpool.coalesced", True)
+
+    def _join(self, pool: str, member: str) -> Swap:
+        if self.stopping or self._group is None:
+            raise ProxyStopping(f"this router-proxy replica is stopping; {member} was not started")
+        key = (pool, member)
+        swap = self.swaps.get(key)
+        if swap is None or swap.finished:
+            swap = Swap(pool, member, started_at=self.clock())
+            # A child of the current span (the hold that starts it); the driver task, started
+            # below, copies this context, so its Lease calls are children of the swap.
+            swap.span = tracer.start_span(
+                "swap",
+                attributes={
+                    "k8s.namespace.name": self.namespace,
+                    "modelpool.pool": pool,
+                    "modelpool.member": member,
+                },
+            )
+            swap.started_by = trace.get_current_span()
+            self.swaps[key] = swap
+            self._group.start_soon(self._drive, swap)
+        swap.waiters += 1
+        return swap
+
+    # -- driving one swap ------------------------------------------------------------------------
+
+    def _end(self, swap: Swap) -> str | None:
+        """Why ``swap`` ends now, or None while it goes on."""
+        if self.ready_url(swap.pool, swap.member) is not None:
+            return "ready"
+        isvc = self.view.isvc(swap.member)
+        if isvc is not None and (isvc.get("status") or {}).get("phase") == PHASE_FAILED:
+            swap.error = ActivationFailed(f"pool {swap.pool}: member {swap.member} is Failed")
+            return "failed"
+        unattended = swap.waiters <= 0
+        if unattended and (not swap.holding or self.clock() >= swap.linger_until):
+            return "abandoned"
+        return None
+
+    async def _drive(self, swap: Swap) -> None:
+        with trace.use_span(swap.span, end_on_exit=False):
+            await self._drive_swap(swap)
+
+    async def _drive_swap(self, swap: Swap) -> None:
+        next_claim = 0.0
+        try:
+            while (outcome := self._end(swap)) is None:
+                event = self.notifier.snapshot()
+                wait = POLL_SECONDS  # woken earlier by any change; this is the backstop
+                if swap.holding:
+                    if not await self._keep(swap):
+                        continue  # lost: judged again at once, claim again or wait for the holder
+                    wait = self._holder_sleep(swap)
+                elif self.turns.setdefault(swap.pool, swap) is swap:
+                    resident = self.resident(swap.pool)
+                    swap.busy = bool(
+                        resident and resident != swap.member and self.inflight.count(resident)
+                    )
+                    if not swap.busy and self.clock() >= next_claim:
+                        await self._claim(swap, resident)
+                        next_claim = self.clock() + CLAIM_RETRY_SECONDS
+                    if not swap.holding and not swap.busy:
+                        wait = max(0.0, next_claim - self.clock())
+                await Notifier.wait(event, wait)
+            swap.outcome = outcome
+        except anyio.get_cancelled_exc_class():
+            swap.outcome = "stopped"
+            swap.error = ProxyStopping(
+                f"this router-proxy replica stopped while bringing up {swap.member}",
+                retry_after=self.retry_after(swap),
+            )
+            self._stop()
+            raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._finish(swap)
+
+    def _holder_sleep(self, swap: Swap) -> float:
+        """How long a holder may sleep without missing its next renewal or its linger's end."""
+        now = self.clock()
+        wait = min(POLL_SECONDS, swap.renew_sent_at + self.coordinator.renew_interval - now)
+        if swap.waiters <= 0:
+            wait = min(wait, swap.linger_until - now)
+        return max(0.0, wait)
+
+    async def _claim(self, swap: Swap, resident: str) -> None:
+        sent = self.clock()
+        try:
+            claim = await self.coordinator.claim(swap.pool, swap.member, traceparent_of(swap.span))
+        except LeaseUnavailable as err:
+            log.warning("pool %s: claiming for %s failed: %s", swap.pool, swap.member, err.message)
+            swap.lease_error = err
+            swap.maybe_held = True  # the write may have landed with its answer lost
+            return
+        swap.lease_error = None
+        swap.maybe_held = False
+        if claim.held:
+            swap.holding = True
+            swap.origin = resident
+            swap.claimed_at = swap.renew_sent_at = swap.renewed_ok_at = sent
+            log.info("pool %s: claimed the Lease for %s", swap.pool, swap.member)
+        else:
+            log.debug("pool %s: Lease held by %s for %s", swap.pool, claim.holder, claim.target)
+
+    async def _keep(self, swap: Swap) -> bool:
+        """Renew when due; False (and no longer holding) when the Lease is not ours any more or
+        was not renewed in time."""
+        now = self.clock()
+        if now - swap.renew_sent_at >= self.coordinator.renew_interval:
+            swap.renew_sent_at = now
+            renewal = await self.coordinator.renew(swap.pool, swap.member)
+            if renewal is Renewal.RENEWED:
+                swap.renewed_ok_at = now
+            elif renewal is Renewal.LOST:
+                self._lose(swap, "it is no longer ours")
+                return False
+        if self.clock() - swap.renewed_ok_at >= self.coordinator.duration:
+            self._lose(swap, f"it was not renewed within {self.coordinator.duration} s")
+            swap.maybe_held = True  # it may still read as ours: release it if we end
+            return False
+        return True
+
+    def _lose(self, swap: Swap, why: str) -> None:
+        log.warning("pool %s: lost the Lease while bringing up %s: %s", swap.pool, swap.member, why)
+        swap.holding = False
+
+    async def _finish(self, swap: Swap) -> None:
+        pool, member = swap.pool, swap.member
+        self.notifier.notify()  # waiters answer now; the release below may take a while
+        if swap.outcome == "ready":
+            self.history.record(pool, member, self.clock() - swap.started_at)
+            if swap.holding and swap.origin != member:
+                metrics.SWAPS_TOTAL.labels(pool, swap.origin, member).inc()
+                metrics.SWAP_DURATION.labels(pool).observe(self.clock() - swap.claimed_at)
+                log.info("pool %s: swap %s -> %s done", pool, swap.origin or "-", member)
+        elif swap.holding and swap.outcome in ("failed", "abandoned"):
+            log.warning("pool %s: swap to %s %s; scaling it down", pool, member, swap.outcome)
+            await self.scale_down(pool, member)
+        if swap.holding or swap.maybe_held:
+            was_ours = await self._release(swap)
+            if was_ours and not swap.holding and swap.outcome in ("failed", "abandoned"):
+                await self.scale_down(pool, member)  # an unconfirmed claim that had landed
+        swap.span.set_attribute("modelpool.outcome", swap.outcome)
+        swap.span.set_attribute("modelpool.swap.from", swap.origin)
+        if swap.outcome not in ("ready", "pending"):
+            swap.span.set_status(trace.StatusCode.ERROR, swap.outcome)
+        swap.span.end()
+        swap.holding = False
+        swap.finished = True
+        if self.swaps.get((pool, member)) is swap:
+            del self.swaps[(pool, member)]
+        if self.turns.get(pool) is swap:
+            del self.turns[pool]
+        self.notifier.notify()
+
+    async def _release(self, swap: Swap) -> bool:
+        """Release our claim for the swap's target, retrying while it could still count."""
+        patience = RELEASE_WHILE_STOPPING_SECONDS if self.stopping else self.coordinator.duration
+        deadline = self.clock() + patience
+        while True:
+            try:
+                return await self.coordinator.release(swap.pool, swap.member)
+            except ReleaseFailed:
+                if self.clock() >= deadline:
+                    log.warning("pool %s: gave up releasing; it expires by itself", swap.pool)
+                    return False
+                await anyio.sleep(RELEASE_RETRY_SECONDS)
+
+    async def scale_down(self, pool: str, member: str) -> None:
+        """Set the member's ``spec.replicas`` to 0 with its resourceVersion.
+
+        A 409 is a :class:`MemberWriteConflict`: counted, logged, and the write re-decided from a
+        fresh read (it may already be at 0), never forced.
+        """
+        for _ in range(SCALE_DOWN_ATTEMPTS):
+            try:
+                await self._write_replicas_zero(member)
+                return
+            except MemberWriteConflict as conflict:
+                metrics.MEMBER_WRITE_CONFLICTS.labels(pool, member).inc()
+                log.warning("MemberWriteConflict: pool %s: %s; re-reading", pool, conflict)
+            except NotFound:
+                return
+            except KubeError as err:
+                log.warning("could not scale %s down: %s", member, err)
+                return
+
+    async def _write_replicas_zero(self, member: str) -> None:
+        isvc = dict(await self.client.get(ISVC, member, self.namespace))
+        spec = dict(isvc.get("spec") or {})
+        if spec.get("replicas") == 0:
+            return
+        isvc["spec"] = {**spec, "replicas": 0}
+        try:
+            await self.client.update(ISVC, isvc)  # carries the resourceVersion just read
+        except Conflict as err:
+            raise MemberWriteConflict(f"{member} changed since it was read") from err
+        log.info("scaled %s down after an abandoned or failed swap", member)

@@ -1,0 +1,95 @@
+"""``controlplane router-proxy``: flags, settings, and exit codes (77 when the preflight is DENIED).
+
+The same three parts as every subcommand: ``add_arguments``, ``settings_from``, ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from pathlib import Path
+
+import anyio
+
+from controlplane.cliargs import first_error, host_port, positive_int
+from controlplane.preflight import EXIT_DENIED, PreflightDenied
+from controlplane.router.app import DEFAULT_MAX_BODY_BYTES
+from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
+from controlplane.router.settings import (
+    DEFAULT_BIND_ADDRESS,
+    DEFAULT_UPSTREAM_CLIENT,
+    UPSTREAM_CLIENTS,
+    RouterProxySettings,
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--router", required=True, help="the ModelRouter this proxy serves")
+    parser.add_argument(
+        "--namespace",
+        default=os.environ.get("POD_NAMESPACE", "default"),
+        help="the router's namespace ($POD_NAMESPACE)",
+    )
+    parser.add_argument("--kubeconfig", type=Path, default=None)
+    parser.add_argument("--identity", default="", help="Lease holder identity ($POD_NAME)")
+    parser.add_argument(
+        "--bind-address", type=host_port, default=DEFAULT_BIND_ADDRESS, help="host:port to serve on"
+    )
+    parser.add_argument("--preflight-cache-dir", type=Path, default=None)
+    parser.add_argument(
+        "--lease-duration-seconds",
+        type=positive_int,
+        default=DEFAULT_LEASE_DURATION_SECONDS,
+        help="how long a pool Lease claim lasts unrenewed; renewed every third of it",
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=positive_int,
+        default=DEFAULT_MAX_BODY_BYTES,
+        help="larger request bodies are refused with 413",
+    )
+    parser.add_argument(
+        "--upstream-client",
+        choices=UPSTREAM_CLIENTS,
+        default=DEFAULT_UPSTREAM_CLIENT,
+        help="what forwards requests to members (aiohttp is the faster; httpx for comparison)",
+    )
+
+
+def settings_from(args: argparse.Namespace) -> RouterProxySettings:
+    return RouterProxySettings(
+        router=args.router,
+        namespace=args.namespace,
+        kubeconfig=args.kubeconfig,
+        identity=args.identity,
+        bind_address=args.bind_address,
+        preflight_cache_dir=args.preflight_cache_dir,
+        lease_duration_seconds=args.lease_duration_seconds,
+        max_body_bytes=args.max_body_bytes,
+        upstream_client=args.upstream_client,
+    )
+
+
+def event_loop_options() -> dict[str, bool]:
+    """uvloop when it can be imported: the proxy's per-request cost is mostly event-loop and
+    socket work (bench/README.md, "Data path"). uvicorn picks httptools by itself the same way."""
+    try:
+        importlib.import_module("uvloop")
+    except ImportError:
+        return {"use_uvloop": False}
+    return {"use_uvloop": True}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the OpenAI-compatible router-proxy with its pool activator."""
+    from controlplane.router.process import run_router_proxy
+
+    code = 0
+    try:
+        anyio.run(run_router_proxy, settings_from(args), backend_options=event_loop_options())
+    except* PreflightDenied as denied:
+        print(f"error: {first_error(denied)}", file=sys.stderr)
+        code = EXIT_DENIED
+    return code

@@ -1,0 +1,143 @@
+"""Which backend, and which member of it, a request's ``model`` names.
+
+For an ``inferenceServiceRef`` backend the backend's name is the model. For a ``poolRef`` backend
+every member's InferenceService ``spec.model.name`` is a model the pool serves, so a client asks
+for ``qwen-2-7b`` and the proxy knows it is member ``qwen-2-7b`` of pool ``gpu-0``. No ``model``
+means the router's ``defaultBackend`` (for a pool: its resident member, else its default).
+
+Pure functions over plain dicts read from the caches: the table is rebuilt per request, so it is
+never stale relative to the caches it was read from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from controlplane.api.v1alpha1.modelpool import parse_duration as parse_duration  # re-exported
+from controlplane.router.errors import InvalidRequest, ModelNotFound
+from controlplane.runtime.objects import ObjectView
+
+#: Looks an object up by name in the router's namespace; None when absent.
+Lookup = Callable[[str], ObjectView | None]
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a model is served: an InferenceService, alone (``pool`` None) or a pool member."""
+
+    model: str
+    member: str
+    pool: str | None = None
+
+
+def _backends(router: ObjectView) -> list[ObjectView]:
+    return list((router.get("spec") or {}).get("backends") or [])
+
+
+def _pool_members(pool: ObjectView) -> list[str]:
+    members = (pool.get("spec") or {}).get("members") or []
+    return [str((m.get("inferenceServiceRef") or {}).get("name")) for m in members]
+
+
+def model_name(isvc: ObjectView | None, fallback: str) -> str:
+    """The model an InferenceService serves (``spec.model.name``), else its own name."""
+    if isvc is None:
+        return fallback
+    return str(((isvc.get("spec") or {}).get("model") or {}).get("name") or fallback)
+
+
+def routing_table(router: ObjectView, pools: Lookup, isvcs: Lookup) -> dict[str, Route]:
+    """Every model the router serves, mapped to its route (first backend wins on a clash)."""
+    table: dict[str, Route] = {}
+    for backend in _backends(router):
+        name = str(backend.get("name") or "")
+        if ref := backend.get("inferenceServiceRef"):
+            table.setdefault(name, Route(name, str(ref.get("name"))))
+        elif ref := backend.get("poolRef"):
+            pool_name = str(ref.get("name"))
+            pool = pools(pool_name)
+            if pool is None:
+                continue
+            for member in _pool_members(pool):
+                model = model_name(isvcs(member), member)
+                table.setdefault(model, Route(model, member, pool_name))
+    return table
+
+
+def resolve(model: str | None, router: ObjectView, pools: Lookup, isvcs: Lookup) -> Route:
+    """The route for ``model``; raises :class:`ModelNotFound` or :class:`InvalidRequest`."""
+    if model is None:
+        return _default_route(router, pools, isvcs)
+    route = routing_table(router, pools, isvcs).get(model)
+    if route is None:
+        raise ModelNotFound(f"The model `{model}` does not exist")
+    return route
+
+
+def _default_route(router: ObjectView, pools: Lookup, isvcs: Lookup) -> Route:
+    default = (router.get("spec") or {}).get("defaultBackend")
+    backend = next((b for b in _backends(router) if b.get("name") == default), None)
+    if not default or backend is None:
+        raise InvalidRequest("you must provide a model parameter")
+    if ref := backend.get("inferenceServiceRef"):
+        return Route(str(default), str(ref.get("name")))
+    pool_name = str((backend.get("poolRef") or {}).get("name"))
+    pool = pools(pool_name)
+    if pool is None:
+        raise ModelNotFound(f"The default backend `{default}` has no pool `{pool_name}`")
+    member = (pool.get("status") or {}).get("residentMember") or (pool.get("spec") or {}).get(
+        "default"
+    )
+    members = _pool_members(pool)
+    member = member if member in members else (members[0] if members else None)
+    if member is None:
+        raise ModelNotFound(f"The default backend `{default}` has no members")
+    return Route(model_name(isvcs(member), member), member, pool_name)
+
+
+#: The field each proxied path cannot do without, and what it must be (OpenAI's API reference).
+REQUIRED_FIELDS: dict[str, tuple[str, tuple[type, ...], str]] = {
+    "/v1/chat/completions": ("messages", (list,), "a non-empty list of messages"),
+    "/v1/completions": ("prompt", (str, list), "a string or a list"),
+    "/v1/embeddings": ("input", (str, list), "a string or a list"),
+}
+
+
+def validate_body(raw: bytes, path: str = "/v1/chat/completions") -> dict[str, Any]:
+    """The request body as a JSON object fit for ``path``; raises :class:`InvalidRequest`
+    naming what is wrong.
+
+    Checked before a request is held: a body the member would refuse must never move the slot
+    (a request for a parked model with no ``messages`` used to force a swap, then get its 400).
+    """
+    try:
+        body = msgspec.json.decode(raw) if raw else {}
+    except msgspec.DecodeError as err:
+        raise InvalidRequest(f"We could not parse the JSON body of your request: {err}") from err
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise InvalidRequest("`model` must be a string")
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise InvalidRequest("`stream` must be a boolean")
+    if path in REQUIRED_FIELDS:
+        field, types, what = REQUIRED_FIELDS[path]
+        value = body.get(field)
+        if value is None:
+            raise InvalidRequest(f"Missing required parameter: `{field}`")
+        if not isinstance(value, types) or (field == "messages" and not value):
+            raise InvalidRequest(f"`{field}` must be {what}")
+        if isinstance(value, list) and field == "messages":
+            _validate_messages(value)
+    return body
+
+
+def _validate_messages(messages: list[Any]) -> None:
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise InvalidRequest(f"`messages[{i}]` must be an object with a string `role`")

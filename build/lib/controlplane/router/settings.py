@@ -1,0 +1,40 @@
+"""Every tunable of the router-proxy process in one frozen tree, each default a named constant.
+
+:mod:`controlplane.router.command` builds a :class:`RouterProxySettings` from the flags; tests
+build one directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from controlplane.router.app import DEFAULT_MAX_BODY_BYTES
+from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
+
+DEFAULT_BIND_ADDRESS = ("0.0.0.0", 8000)
+#: The upstream clients the proxy can forward with (bench/README.md, "Data path", chose aiohttp).
+UPSTREAM_CLIENTS = ("aiohttp", "httpx")
+DEFAULT_UPSTREAM_CLIENT = "aiohttp"
+
+
+@dataclass(frozen=True)
+class RouterProxySettings:
+    """Everything the proxy is told at start (flags and environment)."""
+
+    #: The ModelRouter this proxy serves.
+    router: str
+    #: The router's namespace (``$POD_NAMESPACE``): the proxy's caches and preflight scope.
+    namespace: str
+    kubeconfig: Path | None = None
+    #: Pool Lease holder identity; empty means :func:`controlplane.process.default_identity`.
+    identity: str = ""
+    bind_address: tuple[str, int] = DEFAULT_BIND_ADDRESS
+    #: Where the preflight keeps its verdict (in a pod, an emptyDir).
+    preflight_cache_dir: Path | None = None
+    #: How long a pool Lease claim lasts unrenewed (renewed every third of it).
+    lease_duration_seconds: int = DEFAULT_LEASE_DURATION_SECONDS
+    #: Larger request bodies are refused with 413.
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    #: What carries requests to members: aiohttp's pool behind httpx's interface, or httpcore's.
+    upstream_client: str = DEFAULT_UPSTREAM_CLIENT

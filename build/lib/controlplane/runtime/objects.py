@@ -1,0 +1,22 @@
+"""What a Kubernetes object is to this project: a decoded JSON document, in two views.
+
+Objects are plain dicts decoded by the framework's own fast JSON parser (no generated model
+classes). Two names, because the type checker can then keep a promise the cache makes (readers
+never mutate cached objects, docs/framework.md):
+
+- :data:`Object`, a ``dict``: an object its holder owns and may build or change (a request
+  body, a decoded response, a desired child).
+- :data:`ObjectView`, a read-only ``Mapping``: what code that only reads takes (routing and
+  activation decisions over cached objects, predicates, index functions). Every ``Object`` is an
+  ``ObjectView``, so a reader accepts both; a reader cannot mutate what it was handed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+#: A decoded Kubernetes object its holder may change.
+Object = dict[str, Any]
+#: A Kubernetes object as read-only code sees it.
+ObjectView = Mapping[str, Any]

@@ -1,0 +1,102 @@
+"""``controlplane sim``: the simulator's command line, kept light for the CLI to import.
+
+Parsing needs only argparse and the settings tree; the server (starlette, uvicorn) is imported
+when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+import anyio
+
+from controlplane.cliargs import seconds
+from controlplane.sim.settings import (
+    DEFAULT_HOST,
+    DEFAULT_LOAD_SECONDS,
+    DEFAULT_MODEL_NAME,
+    DEFAULT_N_CTX,
+    DEFAULT_PORT,
+    DEFAULT_REPLY_TOKENS,
+    DEFAULT_SLOTS,
+    DEFAULT_SLOW_SLOTS_SECONDS,
+    DEFAULT_TOKEN_SECONDS,
+    SimSettings,
+    SlotsMode,
+)
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text}")
+        return value
+
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default=DEFAULT_HOST)
+    parser.add_argument(
+        "--port", type=_count(0), default=DEFAULT_PORT, help="0 picks a free port and prints it"
+    )
+    parser.add_argument(
+        "--model-name", default=DEFAULT_MODEL_NAME, help="the served name (llama-server --alias)"
+    )
+    parser.add_argument("--load-seconds", type=seconds, default=DEFAULT_LOAD_SECONDS)
+    parser.add_argument("--token-seconds", type=seconds, default=DEFAULT_TOKEN_SECONDS)
+    parser.add_argument(
+        "--slots", type=_count(1), default=DEFAULT_SLOTS, help="llama-server --parallel"
+    )
+    parser.add_argument("--ctx-size", type=_count(1), default=DEFAULT_N_CTX, help="n_ctx per slot")
+    parser.add_argument(
+        "--reply-tokens",
+        type=_count(0),
+        default=DEFAULT_REPLY_TOKENS,
+        help="tokens before the model ends a reply by itself",
+    )
+    parser.add_argument(
+        "--no-slots", action="store_true", help="/slots answers 501, as with llama-server's"
+    )
+    parser.add_argument(
+        "--legacy-slots", action="store_true", help="/slots reports `state` 0/1, as older servers"
+    )
+    parser.add_argument(
+        "--slots-mode",
+        choices=[mode.value for mode in SlotsMode],
+        default=SlotsMode.NORMAL.value,
+        help="how /slots answers (switch at run time with POST /sim/slots-mode)",
+    )
+    parser.add_argument(
+        "--slow-slots-seconds",
+        type=seconds,
+        default=DEFAULT_SLOW_SLOTS_SECONDS,
+        help="how long /slots hangs in slow mode",
+    )
+
+
+def settings_from(args: argparse.Namespace) -> SimSettings:
+    return SimSettings(
+        host=args.host,
+        port=args.port,
+        model_name=args.model_name,
+        load_seconds=args.load_seconds,
+        token_seconds=args.token_seconds,
+        slots=args.slots,
+        n_ctx=args.ctx_size,
+        reply_tokens=args.reply_tokens,
+        slots_endpoint=not args.no_slots,
+        legacy_slots=args.legacy_slots,
+        slots_mode=SlotsMode(args.slots_mode),
+        slow_slots_seconds=args.slow_slots_seconds,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a llama.cpp-compatible server simulator until SIGTERM (tests and demos)."""
+    from controlplane.sim.server import run_simulator
+
+    anyio.run(run_simulator, settings_from(args))
+    return 0

@@ -1,0 +1,195 @@
+"""The simulated model: loading, slots, and token generation, with no HTTP in sight.
+
+Contract, mirroring llama-server where the control plane looks at it:
+
+- The model is *loading* until :meth:`SimulatedModel.load` has waited ``load_seconds``; only then
+  is it *ready*. Nothing goes back to loading.
+- There are ``slots`` slots. A completion holds one slot from the moment it is admitted until its
+  last token is generated; while it does, that slot reports ``is_processing``. Admission takes the
+  lowest-numbered idle slot; when every slot is busy, requests wait in arrival order (llama-server
+  defers the task until a slot frees). A request cancelled while waiting leaves the queue cleanly.
+- Each admitted completion gets the next task id; an idle slot reports task id -1.
+- Generation produces one token per ``token_seconds`` of the model's clock.
+
+The ``/slots`` failure mode lives here too, because tests flip it at run time through the app.
+A switch may be timed (:meth:`SimulatedModel.set_slots_mode` with ``seconds``): the mode reverts by
+itself, read lazily on the model's clock, so a test that breaks ``/slots`` "for a while" leaves no
+member broken even if it is cancelled before it could switch the mode back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Sequence
+
+import anyio
+
+from controlplane.sim.clock import AnyioClock, Clock
+from controlplane.sim.settings import SimSettings, SlotsMode
+
+log = logging.getLogger(__name__)
+
+#: Task id an idle slot reports (llama-server's convention).
+NO_TASK = -1
+
+
+@dataclasses.dataclass
+class Slot:
+    """One slot's live state; the model mutates it, readers get :class:`SlotState` copies."""
+
+    id: int
+    id_task: int = NO_TASK
+    processing: bool = False
+    stream: bool = False
+    #: The token limit of the completion in this slot (-1: none).
+    n_predict: int = -1
+    n_decoded: int = 0
+    n_remain: int = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotState:
+    """A snapshot of one slot, safe to hand out and render."""
+
+    id: int
+    id_task: int
+    processing: bool
+    stream: bool
+    n_predict: int
+    n_decoded: int
+    n_remain: int
+
+
+class SimulatedModel:
+    """One loaded (or loading) model with a fixed number of slots."""
+
+    def __init__(self, settings: SimSettings, clock: Clock | None = None) -> None:
+        self.settings = settings
+        self.clock: Clock = clock if clock is not None else AnyioClock()
+        self._slots_mode: SlotsMode = settings.slots_mode
+        #: A timed switch: (when it ends on the model's clock, the mode to return to).
+        self._slots_mode_until: tuple[float, SlotsMode] | None = None
+        self._loaded = anyio.Event()
+        self._closing = anyio.Event()
+        self._slots = [Slot(id=index) for index in range(settings.slots)]
+        self._idle = anyio.Semaphore(settings.slots)
+        self._next_task = 0
+        self._waiting = 0
+
+    # -- loading -------------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        """True once the model has loaded: ``/health`` answers 200 and completions are served."""
+        return self._loaded.is_set()
+
+    async def load(self) -> None:
+        """Spend ``load_seconds`` loading, then become ready (idempotent)."""
+        if not self.ready:
+            await self.clock.sleep(self.settings.load_seconds)
+            self.mark_loaded()
+
+    def mark_loaded(self) -> None:
+        """Become ready at once: for tests that do not care about the load."""
+        if not self.ready:
+            self._loaded.set()
+            log.debug("model %s loaded", self.settings.model_name)
+
+    async def wait_loaded(self) -> None:
+        await self._loaded.wait()
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    @property
+    def closing(self) -> bool:
+        return self._closing.is_set()
+
+    def begin_shutdown(self) -> None:
+        """The process is stopping: waits that exist only to simulate trouble end now."""
+        self._closing.set()
+
+    async def hang(self, seconds: float) -> None:
+        """Wait ``seconds`` or until shutdown begins, whichever is first (slow ``/slots``)."""
+        with anyio.move_on_after(seconds):
+            await self._closing.wait()
+
+    # -- the /slots failure mode --------------------------------------------------------------
+
+    @property
+    def slots_mode(self) -> SlotsMode:
+        """How ``/slots`` answers now; a timed switch that has run out has reverted."""
+        if self._slots_mode_until is not None:
+            until, previous = self._slots_mode_until
+            if self.clock.now() >= until:
+                self._slots_mode, self._slots_mode_until = previous, None
+        return self._slots_mode
+
+    @slots_mode.setter
+    def slots_mode(self, mode: SlotsMode) -> None:
+        self.set_slots_mode(mode)
+
+    def set_slots_mode(self, mode: SlotsMode, seconds: float | None = None) -> None:
+        """Switch how ``/slots`` answers; with ``seconds``, only for that long, then back to the
+        mode in force before the switch."""
+        current = self.slots_mode
+        if seconds is None:
+            self._slots_mode, self._slots_mode_until = mode, None
+            return
+        previous = self._slots_mode_until[1] if self._slots_mode_until else current
+        self._slots_mode = mode
+        self._slots_mode_until = (self.clock.now() + seconds, previous)
+
+    @property
+    def slots_mode_seconds_left(self) -> float | None:
+        """How long a timed switch still lasts; None when the mode is not timed."""
+        _ = self.slots_mode  # a switch that has run out reverts here
+        if self._slots_mode_until is None:
+            return None
+        return max(self._slots_mode_until[0] - self.clock.now(), 0.0)
+
+    # -- slots ---------------------------------------------------------------------------------
+
+    def slots(self) -> Sequence[SlotState]:
+        """Every slot as it is now, in id order."""
+        return [SlotState(**dataclasses.asdict(slot)) for slot in self._slots]
+
+    @property
+    def waiting(self) -> int:
+        """Completions admitted to the queue but not yet to a slot (llama.cpp: deferred)."""
+        return self._waiting
+
+    @contextlib.asynccontextmanager
+    async def occupy(self, *, n_predict: int = -1, stream: bool = False) -> AsyncIterator[Slot]:
+        """Hold the lowest idle slot for the body of the ``async with``, waiting for one if all
+        are busy; the slot is idle again when the body exits, however it exits."""
+        self._waiting += 1
+        try:
+            await self._idle.acquire()
+        finally:
+            self._waiting -= 1
+        slot = next(slot for slot in self._slots if not slot.processing)
+        slot.processing = True
+        slot.id_task = self._next_task
+        self._next_task += 1
+        slot.stream = stream
+        slot.n_predict = n_predict
+        slot.n_decoded = 0
+        slot.n_remain = n_predict
+        try:
+            yield slot
+        finally:
+            slot.processing = False
+            slot.id_task = NO_TASK
+            slot.n_remain = -1
+            self._idle.release()
+
+    async def generate(self, slot: Slot, tokens: Sequence[str]) -> AsyncIterator[str]:
+        """Yield ``tokens`` one per ``token_seconds``, counting them on ``slot``."""
+        for token in tokens:
+            await self.clock.sleep(self.settings.token_seconds)
+            slot.n_decoded += 1
+            if slot.n_remain > 0:
+                slot.n_remain -= 1
+            yield token

@@ -1,0 +1,69 @@
+"""Every tunable of the simulator in one frozen tree, each default a named constant.
+
+The CLI builds a :class:`SimSettings`; tests build one directly with the few fields they care
+about. Nothing here imports the server, so the CLI can parse arguments without loading starlette.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+DEFAULT_HOST = "127.0.0.1"
+#: llama-server's own default port.
+DEFAULT_PORT = 8080
+DEFAULT_MODEL_NAME = "sim-model"
+#: How long the simulated model takes to load before ``/health`` answers 200.
+DEFAULT_LOAD_SECONDS = 0.0
+#: How long each generated token takes.
+DEFAULT_TOKEN_SECONDS = 0.01
+#: llama-server's ``--parallel`` default: one slot.
+DEFAULT_SLOTS = 1
+#: The context size each slot reports in ``/slots``.
+DEFAULT_N_CTX = 4096
+#: How many tokens a reply has before the model "emits EOS" (``finish_reason: stop``).
+DEFAULT_REPLY_TOKENS = 8
+#: How long ``/slots`` hangs in ``slow`` mode: far past any probe timeout.
+DEFAULT_SLOW_SLOTS_SECONDS = 60.0
+
+
+class SlotsMode(enum.Enum):
+    """How ``GET /slots`` answers: truthfully, or broken in a way a probe must survive."""
+
+    NORMAL = "normal"
+    #: 500 with a llama.cpp-shaped server error.
+    ERROR500 = "error500"
+    #: 200 with a JSON body that is not an array.
+    MALFORMED = "malformed"
+    #: Hangs for ``slow_slots_seconds`` (or until shutdown), then answers truthfully.
+    SLOW = "slow"
+
+
+@dataclasses.dataclass(frozen=True)
+class SimSettings:
+    """One simulated llama-server: what it serves, how fast, and how ``/slots`` behaves."""
+
+    host: str = DEFAULT_HOST
+    #: 0 picks a free port; the server prints the one it got.
+    port: int = DEFAULT_PORT
+    #: The served model name, llama-server's ``--alias``.
+    model_name: str = DEFAULT_MODEL_NAME
+    load_seconds: float = DEFAULT_LOAD_SECONDS
+    token_seconds: float = DEFAULT_TOKEN_SECONDS
+    slots: int = DEFAULT_SLOTS
+    n_ctx: int = DEFAULT_N_CTX
+    reply_tokens: int = DEFAULT_REPLY_TOKENS
+    #: False is llama-server's ``--no-slots``: ``/slots`` answers 501.
+    slots_endpoint: bool = True
+    #: Report the older ``state`` (0 idle, 1 processing) instead of ``is_processing``.
+    legacy_slots: bool = False
+    slots_mode: SlotsMode = SlotsMode.NORMAL
+    slow_slots_seconds: float = DEFAULT_SLOW_SLOTS_SECONDS
+
+    def __post_init__(self) -> None:
+        if self.slots < 1:
+            raise ValueError(f"slots must be at least 1, got {self.slots}")
+        if self.load_seconds < 0 or self.token_seconds < 0 or self.slow_slots_seconds < 0:
+            raise ValueError("durations must not be negative")
+        if self.reply_tokens < 0 or self.n_ctx < 1:
+            raise ValueError("reply_tokens must be >= 0 and n_ctx >= 1")

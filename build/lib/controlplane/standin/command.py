@@ -1,0 +1,76 @@
+"""``controlplane sim-node``: the node stand-in's command line, kept light for the CLI to import.
+
+The stand-in itself (:mod:`controlplane.standin.controller`) is imported when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import anyio
+
+from controlplane.cliargs import seconds
+from controlplane.standin.settings import (
+    DEFAULT_LOAD_SECONDS,
+    DEFAULT_RESYNC_SECONDS,
+    DEFAULT_TOKEN_SECONDS,
+    NodeSettings,
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", type=Path, default=None)
+    parser.add_argument(
+        "--namespace", default=None, help="play the node in this namespace only (default: all)"
+    )
+    parser.add_argument(
+        "--load-seconds",
+        type=seconds,
+        default=DEFAULT_LOAD_SECONDS,
+        help="each simulator's model load time (/health answers 503 meanwhile)",
+    )
+    parser.add_argument("--token-seconds", type=seconds, default=DEFAULT_TOKEN_SECONDS)
+    parser.add_argument(
+        "--resync-seconds",
+        type=seconds,
+        default=DEFAULT_RESYNC_SECONDS,
+        help="how often a running simulator is re-checked (the kubelet's sync loop)",
+    )
+    parser.add_argument(
+        "--log-dir", type=Path, default=None, help="pod process logs (default: a temporary folder)"
+    )
+    parser.add_argument(
+        "--router-proxies",
+        action="store_true",
+        help="also play router-proxy Deployments: router-proxy processes as their ServiceAccount, "
+        "one local address per router Service",
+    )
+    parser.add_argument(
+        "--keep-pods-on-exit",
+        action="store_true",
+        help="leave the pods in place when stopping (by default they go with their simulators)",
+    )
+
+
+def settings_from(args: argparse.Namespace) -> NodeSettings:
+    log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="modelpool-sim-node-"))
+    return NodeSettings(
+        namespace=args.namespace,
+        load_seconds=args.load_seconds,
+        token_seconds=args.token_seconds,
+        resync_seconds=args.resync_seconds,
+        log_dir=log_dir,
+        router_proxies=args.router_proxies,
+        delete_pods_on_exit=not args.keep_pods_on_exit,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Play the node for member (and router-proxy) Deployments: pods, statuses, EndpointSlices."""
+    from controlplane.runtime.config import ClientConfig
+    from controlplane.standin.controller import run_node
+
+    anyio.run(run_node, ClientConfig.load(args.kubeconfig), settings_from(args))
+    return 0
