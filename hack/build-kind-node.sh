@@ -118,9 +118,12 @@ JSON
       | jq "del(.process.rlimits)" > /etc/containerd/cri-base.json
   ' >&2 || die "configuring the base root failed"
   log "importing $BASE_IMAGE"
-  import_dir "$root" "$BASE_IMAGE" 'ENV container=docker' 'STOPSIGNAL SIGRTMIN+3' \
+  import_dir "$root" "$BASE_IMAGE.rootfs" 'ENV container=docker' \
     'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]'
   rm -rf "$root"
+  # `docker import` cannot set a stop signal; a one-line build on the local image can (no pull).
+  printf 'FROM %s\nSTOPSIGNAL SIGRTMIN+3\n' "$BASE_IMAGE.rootfs" | docker build -q -t "$BASE_IMAGE" - >/dev/null
+  docker rmi "$BASE_IMAGE.rootfs" >/dev/null
 }
 
 # -- the images a node preloads ------------------------------------------------------------------
@@ -143,6 +146,8 @@ save_archive() {
   local dir
   dir=$(mktemp -d)
   docker save "$@" | tar -C "$dir" -x
+  # docker writes Docker Hub names short (kindest/x); kind looks for them in full (docker.io/...).
+  sed -i -E 's#"([a-z0-9-]+/[a-z0-9-]+)([":])#"docker.io/\1\2#g' "$dir/repositories" "$dir/manifest.json"
   (cd "$dir" && tar -cf "$out" repositories manifest.json $(ls | grep -v -e '^repositories$' -e '^manifest.json$'))
   rm -rf "$dir"
 }
