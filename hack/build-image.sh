@@ -46,7 +46,7 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 log "building wheels of the project and its pinned dependencies"
-"$PYTHON" -m pip wheel --quiet --wheel-dir "$work/wheels" . >&2 || die "pip wheel failed"
+SOURCE_DATE_EPOCH=315532800 "$PYTHON" -m pip wheel --quiet --wheel-dir "$work/wheels" . >&2 || die "pip wheel failed"
 tag=$( { (cd "$work/wheels" && sha256sum ./*.whl); chroot "$BASE_ROOT" dpkg-query -W; } | sha256sum | cut -c1-12)
 image="$IMAGE_REPOSITORY:dev-$tag"
 if docker image inspect "$image" >/dev/null 2>&1; then
@@ -74,6 +74,9 @@ tar -C "$root" --numeric-owner -c . | docker import \
   -c 'ENTRYPOINT ["controlplane"]' \
   -c 'CMD ["--help"]' \
   - "$image" >/dev/null
+# Earlier dev builds are superseded: drop them so each code change does not keep another copy.
+docker images "$IMAGE_REPOSITORY" --format '{{.Repository}}:{{.Tag}}' | grep -vx "$image" | grep ':dev-' \
+  | xargs -r docker rmi >/dev/null 2>&1 || true
 size=$(docker image inspect "$image" --format '{{.Size}}')
 log "built $image in $(( $(date +%s) - start )) s, $(( size / 1000000 )) MB"
 echo "$image"

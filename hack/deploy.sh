@@ -48,6 +48,8 @@ log "waiting for the operator's rollout"
   || { "$kubectl" --context "$context" -n "$NAMESPACE" logs deployment/modelpool-operator --tail=50 >&2 || true
        die "the operator did not become ready"; }
 "$kubectl" --context "$context" -n "$NAMESPACE" wait --for=condition=Available deployment/modelpool-operator --timeout=120s >&2
+# Refresh kubectl's discovery cache, so `kubectl get modelpool-all` finds the new category at once.
+"$kubectl" --context "$context" api-resources --categories=modelpool-all >/dev/null
 log "deployed $image in $(( $(date +%s) - start )) s"
 cat <<TEXT
 The operator runs in kind cluster '$KIND_CLUSTER' (kubectl context $context).
