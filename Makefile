@@ -7,8 +7,10 @@ BIN := $(VENV)/bin
 ASSETS = $(shell hack/build-controlplane.sh 2>/dev/null | tail -n 1)
 # The Jaeger all-in-one (the e2e tier's trace backend), cached by version the same way.
 JAEGER = $(shell hack/build-jaeger.sh 2>/dev/null | tail -n 1)
+# The real llama.cpp server (contract tests, real-server members), cached by version the same way.
+LLAMA_SERVER = $(shell hack/build-llama-server.sh 2>/dev/null | tail -n 1)
 
-.PHONY: help venv controlplane-bins jaeger-bin test test-unit test-e2e lint demo dev clean bench bench-proxy manifests check-rbac
+.PHONY: help venv controlplane-bins jaeger-bin llama-server test test-unit test-e2e lint demo dev clean bench bench-proxy manifests check-rbac
 
 help:
 	@echo "make demo               run the whole system locally and show it working"
@@ -21,6 +23,7 @@ help:
 	@echo "make check-rbac         prove the RBAC manifests are enough for the code, and no more"
 	@echo "make controlplane-bins  build kube-apiserver, kube-controller-manager, kubectl, etcd"
 	@echo "make jaeger-bin         build the Jaeger all-in-one (traces for test-e2e, demo, dev)"
+	@echo "make llama-server       build llama.cpp's llama-server (contract tests, real members; ~8 min once)"
 	@echo "make bench              controller benchmark: ours vs kopf vs controller-runtime"
 	@echo "make bench-proxy        data path: proxy vs direct vs nginx, held requests, swaps"
 
@@ -38,13 +41,17 @@ controlplane-bins:
 jaeger-bin:
 	hack/build-jaeger.sh
 
+llama-server:
+	hack/build-llama-server.sh
+
 test: test-unit test-e2e
 
 test-unit: venv
 	$(BIN)/pytest tests/unit
 
-test-e2e: venv controlplane-bins jaeger-bin
-	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" $(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+test-e2e: venv controlplane-bins jaeger-bin llama-server
+	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" LLAMA_SERVER_BINARY="$(LLAMA_SERVER)" \
+		$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
 
 manifests: venv
 	hack/gen-manifests
