@@ -109,6 +109,7 @@ def tiny_model(spec: TinyModelSpec | None = None, *, folder: Path | None = None)
     # processes generating the same model at once both end with the same whole file.
     fd, temporary = tempfile.mkstemp(prefix=".tiny-", suffix=".gguf", dir=folder)
     os.close(fd)
+    os.chmod(temporary, 0o644)  # a model is data any user may read, as a downloaded one would be
     try:
         write_model(spec, Path(temporary))
         os.replace(temporary, path)
