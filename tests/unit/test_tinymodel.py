@@ -142,7 +142,7 @@ def test_missing_build_says_how_to_build_it(
     with pytest.raises(BinaryNotFoundError, match="make llama-server"):
         find_vocab("llama-spm")
     monkeypatch.setenv("LLAMA_SERVER_BINARY", str(tmp_path / "nothing"))
-    with pytest.raises(BinaryNotFoundError, match="LLAMA_SERVER_BINARY=.* is not an executable"):
+    with pytest.raises(BinaryNotFoundError, match=r"LLAMA_SERVER_BINARY=.* is not an executable"):
         find_llama_server()
 
 
