@@ -199,7 +199,10 @@ async def test_a_streamed_completion_shows_one_slot_processing_until_its_last_ch
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
     assert chunks[-1]["timings"]["predicted_n"] == LONG_STREAM_TOKENS
     contents = [c["choices"][0]["delta"].get("content") for c in chunks[1:-1]]
-    assert len(contents) == LONG_STREAM_TOKENS
+    # One chunk per token, except that the real server holds back a token that ends inside a
+    # UTF-8 sequence and sends it with the next one.
+    assert 0 < len(contents) <= LONG_STREAM_TOKENS
+    assert all(isinstance(content, str) and content for content in contents)
 
 
 async def test_fail_on_no_slot_is_503_only_while_every_slot_is_busy(
