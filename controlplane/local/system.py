@@ -167,7 +167,8 @@ class OperatorProcess(LocalProcess):
 
 class NodeStandInProcess(LocalProcess):
     """``controlplane sim-node`` (as the admin): the node for member Deployments, and for
-    router-proxy Deployments too with ``router_proxies``."""
+    router-proxy Deployments too with ``router_proxies``; with ``llama_server``, members whose
+    model is a GGUF file here run that real server instead of a simulator."""
 
     def __init__(
         self,
@@ -178,6 +179,7 @@ class NodeStandInProcess(LocalProcess):
         load_seconds: float = 0.5,
         token_seconds: float | None = None,
         router_proxies: bool = False,
+        llama_server: Path | None = None,
         cwd: Path | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
@@ -193,6 +195,8 @@ class NodeStandInProcess(LocalProcess):
             args += ["--namespace", namespace]
         if router_proxies:
             args.append("--router-proxies")
+        if llama_server is not None:
+            args += ["--llama-server", str(llama_server)]
         super().__init__(args, workdir / "sim-node.log", cwd=cwd, name="sim-node", env=env)
 
     def router_addresses(self) -> dict[str, str]:
