@@ -14,6 +14,7 @@ LLAMA_SERVER = $(shell hack/build-llama-server.sh 2>/dev/null | tail -n 1)
 
 help:
 	@echo "make demo               run the whole system locally and show it working"
+	@echo "                          (MEMBERS=llama-server: members on the real llama.cpp server)"
 	@echo "make dev                start the local control plane and keep it running"
 	@echo "make test               unit + e2e tests (builds the control plane on first use)"
 	@echo "make test-unit          unit tests only (no network)"
@@ -66,11 +67,18 @@ lint: venv check-rbac
 	$(BIN)/lint-imports
 
 # demo and dev export their traces to Jaeger (built on first use; without it they run untraced).
-demo: venv controlplane-bins jaeger-bin
-	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" $(BIN)/controlplane demo
+# MEMBERS=llama-server runs the members on the real llama.cpp server (built on first use).
+MEMBERS ?= simulator
+MEMBER_BINS := $(if $(filter llama-server,$(MEMBERS)),llama-server)
+MEMBER_ENV = $(if $(filter llama-server,$(MEMBERS)),LLAMA_SERVER_BINARY="$(LLAMA_SERVER)")
 
-dev: venv controlplane-bins jaeger-bin
-	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" $(BIN)/controlplane dev
+demo: venv controlplane-bins jaeger-bin $(MEMBER_BINS)
+	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" $(MEMBER_ENV) \
+		$(BIN)/controlplane demo --members $(MEMBERS)
+
+dev: venv controlplane-bins jaeger-bin $(MEMBER_BINS)
+	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" $(MEMBER_ENV) \
+		$(BIN)/controlplane dev --members $(MEMBERS)
 
 # The comparative controller benchmark (bench/README.md); BENCH_ARGS adds options.
 bench: venv controlplane-bins
