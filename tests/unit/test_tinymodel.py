@@ -1,4 +1,4 @@
-"""The tiny-model generator and the llama-server finder, without the llama.cpp build.
+"""The tiny-model generator, the llama-server finder and their flags, without the llama.cpp build.
 
 The generator is fed a vocab-only GGUF written here (five tokens, the keys llama.cpp's vocab files
 carry), so these tests need neither the build nor the network; the real vocab and the real server
@@ -14,6 +14,7 @@ from pathlib import Path
 import gguf
 import pytest
 
+from controlplane.cli import build_parser, main
 from controlplane.envtest import BinaryNotFoundError
 from controlplane.envtest.llamaserver import find_llama_server, find_vocab
 from controlplane.envtest.tinymodel import (
@@ -23,6 +24,7 @@ from controlplane.envtest.tinymodel import (
     tiny_model,
     write_model,
 )
+from controlplane.standin.command import settings_from as node_settings_from
 
 TOKENS = ["<unk>", "<s>", "</s>", "▁hello", "▁world"]
 
@@ -152,3 +154,23 @@ def test_an_explicit_binary_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     binary.chmod(0o755)
     monkeypatch.setenv("LLAMA_SERVER_BINARY", str(binary))
     assert find_llama_server() == binary
+
+
+def test_the_command_line_names_the_real_server_and_the_model(
+    llama_tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    binary = tmp_path / "llama-server"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    args = build_parser().parse_args(["sim-node", "--llama-server", str(binary)])
+    assert node_settings_from(args).llama_server == binary
+    assert node_settings_from(build_parser().parse_args(["sim-node"])).llama_server is None
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["sim-node", "--llama-server", str(tmp_path / "missing")])
+    assert "is not an executable file" in capsys.readouterr().err
+
+    assert main(["tiny-model", "--seed", "4", "--context-length", "256"]) == 0
+    printed = Path(capsys.readouterr().out.strip())
+    assert printed == tiny_model(TinyModelSpec(seed=4, context_length=256))
+    assert main(["tiny-model", "--n-head", "3"]) == 1  # 64 is not a multiple of 3
+    assert "must be a multiple of n_head" in capsys.readouterr().err
