@@ -7,12 +7,15 @@ BIN := $(VENV)/bin
 ASSETS = $(shell hack/build-controlplane.sh 2>/dev/null | tail -n 1)
 # The Jaeger all-in-one (the e2e tier's trace backend), cached by version the same way.
 JAEGER = $(shell hack/build-jaeger.sh 2>/dev/null | tail -n 1)
+# The real llama.cpp server (contract tests, real-server members), cached by version the same way.
+LLAMA_SERVER = $(shell hack/build-llama-server.sh 2>/dev/null | tail -n 1)
 
-.PHONY: help venv controlplane-bins jaeger-bin test test-unit test-e2e lint demo dev clean bench bench-proxy manifests check-rbac \
-	image kind-up deploy undeploy kind-down
+.PHONY: help venv controlplane-bins jaeger-bin llama-server test test-unit test-e2e lint demo dev clean bench bench-proxy \
+	manifests check-rbac image kind-up deploy undeploy kind-down
 
 help:
 	@echo "make demo               run the whole system locally and show it working"
+	@echo "                          (MEMBERS=llama-server: members on the real llama.cpp server)"
 	@echo "make dev                start the local control plane and keep it running"
 	@echo "make test               unit + e2e tests (builds the control plane on first use)"
 	@echo "make test-unit          unit tests only (no network)"
@@ -22,6 +25,7 @@ help:
 	@echo "make check-rbac         prove the RBAC manifests are enough for the code, and no more"
 	@echo "make controlplane-bins  build kube-apiserver, kube-controller-manager, kubectl, etcd"
 	@echo "make jaeger-bin         build the Jaeger all-in-one (traces for test-e2e, demo, dev)"
+	@echo "make llama-server       build llama.cpp's llama-server (contract tests, real members; ~8 min once)"
 	@echo "make bench              controller benchmark: ours vs kopf vs controller-runtime"
 	@echo "make bench-proxy        data path: proxy vs direct vs nginx, held requests, swaps"
 	@echo "make image              build the project image with no registry (starts Docker if needed)"
@@ -44,13 +48,18 @@ controlplane-bins:
 jaeger-bin:
 	hack/build-jaeger.sh
 
+# The virtualenv's pip fetches the source package: a fresh machine's python3 may have none.
+llama-server: venv
+	PYTHON=$(BIN)/python hack/build-llama-server.sh
+
 test: test-unit test-e2e
 
 test-unit: venv
 	$(BIN)/pytest tests/unit
 
-test-e2e: venv controlplane-bins jaeger-bin
-	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" $(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+test-e2e: venv controlplane-bins jaeger-bin llama-server
+	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" LLAMA_SERVER_BINARY="$(LLAMA_SERVER)" \
+		$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
 
 manifests: venv
 	hack/gen-manifests
@@ -65,11 +74,18 @@ lint: venv check-rbac
 	$(BIN)/lint-imports
 
 # demo and dev export their traces to Jaeger (built on first use; without it they run untraced).
-demo: venv controlplane-bins jaeger-bin
-	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" $(BIN)/controlplane demo
+# MEMBERS=llama-server runs the members on the real llama.cpp server (built on first use).
+MEMBERS ?= simulator
+MEMBER_BINS := $(if $(filter llama-server,$(MEMBERS)),llama-server)
+MEMBER_ENV = $(if $(filter llama-server,$(MEMBERS)),LLAMA_SERVER_BINARY="$(LLAMA_SERVER)")
 
-dev: venv controlplane-bins jaeger-bin
-	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" $(BIN)/controlplane dev
+demo: venv controlplane-bins jaeger-bin $(MEMBER_BINS)
+	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" $(MEMBER_ENV) \
+		$(BIN)/controlplane demo --members $(MEMBERS)
+
+dev: venv controlplane-bins jaeger-bin $(MEMBER_BINS)
+	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" $(MEMBER_ENV) \
+		$(BIN)/controlplane dev --members $(MEMBERS)
 
 # The comparative controller benchmark (bench/README.md); BENCH_ARGS adds options.
 bench: venv controlplane-bins

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from controlplane.envtest import EnvtestError
+from controlplane.envtest import tinymodel as tiny_model_command
 from controlplane.local import command as local_command
 from controlplane.operator import command as operator_command
 from controlplane.preflight import command as preflight_command
@@ -70,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim_node = commands.add_parser("sim-node", help=sim_node_command.run.__doc__, parents=after)
     sim_node_command.add_arguments(sim_node)
     sim_node.set_defaults(run=sim_node_command.run)
+    tiny = commands.add_parser("tiny-model", help=tiny_model_command.run.__doc__, parents=after)
+    tiny_model_command.add_arguments(tiny)
+    tiny.set_defaults(run=tiny_model_command.run)
     return parser
 
 

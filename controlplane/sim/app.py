@@ -4,15 +4,17 @@ Endpoints (as llama-server has them, plus one admin endpoint for tests):
 
 - ``GET /health`` (and ``/v1/health``): 503 ``unavailable_error`` while loading, then 200.
 - ``GET /slots``: the slot array; 501 with ``--no-slots``; broken on purpose per ``slots_mode``;
-  ``?fail_on_no_slot=1`` answers 503 when no slot is idle.
+  ``?fail_on_no_slot=1`` (any non-empty value) answers 503 when no slot is idle.
 - ``GET /v1/models`` (and ``/models``): the served model.
 - ``POST /v1/chat/completions`` (and ``/chat/completions``): OpenAI chat completions, streamed
   as server-sent events when ``stream`` is true.
 - ``GET|POST /sim/slots-mode``: read or switch the ``/slots`` mode at run time
   (``{"mode": "error500", "seconds": 5}`` switches for 5 s, then back).
 
-While the model loads, every model endpoint answers 503 like llama-server; ``/v1/models`` and the
-admin endpoint answer at once. Every error body is ``{"error": {"code", "message", "type"}}``.
+While the model loads, every endpoint but the admin one answers 503 like llama-server. Every error
+body is ``{"error": {"code", "message", "type"}}``; a chat body that is not JSON is a 500
+``server_error``, as llama-server's JSON parser makes it (the router-proxy refuses such a body
+with a 400 before any member sees it).
 """
 
 from __future__ import annotations
@@ -82,8 +84,9 @@ class SimulatorEndpoints:
         return JSONBody({"status": "ok"})
 
     async def models(self, _: Request) -> Response:
+        self._require_loaded()
         body = payloads.models_list(
-            self.settings.model_name, created=self.started, loaded=self.model.ready
+            self.settings.model_name, created=self.started, n_ctx=self.settings.n_ctx
         )
         return JSONBody(body)
 
@@ -99,7 +102,7 @@ class SimulatorEndpoints:
         if mode is SlotsMode.SLOW:
             await self.model.hang(self.settings.slow_slots_seconds)
         states = self.model.slots()
-        if "fail_on_no_slot" in request.query_params and all(s.processing for s in states):
+        if request.query_params.get("fail_on_no_slot") and all(s.processing for s in states):
             raise NoSlotAvailable("no slot available")
         legacy = self.settings.legacy_slots
         n_ctx = self.settings.n_ctx
@@ -160,7 +163,9 @@ class _Completion:
         self.n_predict = -1 if chat.max_tokens is None else chat.max_tokens
 
     async def whole(self) -> dict[str, Any]:
-        async with self.model.occupy(n_predict=self.n_predict, stream=False) as slot:
+        async with self.model.occupy(
+            n_predict=self.n_predict, stream=False, prompt_tokens=self.prompt_tokens
+        ) as slot:
             started = self.model.clock.now()
             async for _ in self.model.generate(slot, self.reply.tokens):
                 pass
@@ -176,7 +181,9 @@ class _Completion:
         has read any chunk but the finish knows ``/slots`` shows its slot processing.
         """
         meta = self.meta
-        async with self.model.occupy(n_predict=self.n_predict, stream=True) as slot:
+        async with self.model.occupy(
+            n_predict=self.n_predict, stream=True, prompt_tokens=self.prompt_tokens
+        ) as slot:
             started = self.model.clock.now()
             yield sse_event(payloads.chunk(meta, {"role": "assistant", "content": None}))
             async for token in self.model.generate(slot, self.reply.tokens):

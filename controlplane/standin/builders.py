@@ -7,16 +7,17 @@ kubelet and the built-in controllers write.
 No I/O here: a pod for a Deployment (:func:`new_pod`), the status a kubelet reports for it
 (:func:`pod_status`), the status a deployment controller writes (:func:`deployment_status`), the
 EndpointSlices an endpoint controller writes (:func:`endpoint_slices`), and the command lines of
-the processes that play a pod's container (:func:`server_args` for a member's llama-server
-arguments, :func:`proxy_argv` for a router-proxy). :mod:`controlplane.standin.controller` does
-the reading and writing; its tests live on these functions.
+the processes that play a pod's container (:func:`server_args` for a simulator playing a member,
+:func:`llama_server_argv` for a real llama-server, :func:`proxy_argv` for a router-proxy).
+:mod:`controlplane.standin.controller` does the reading and writing; its tests live on these
+functions.
 
 Which Deployments are played (:func:`pod_role`): the operator's (labelled
 ``app.kubernetes.io/managed-by=modelpool-operator``) that are either a **member** (labelled
-``inference.modelpool.dev/inferenceservice``: one simulator, at most one pod) or a
-**router-proxy** (labelled ``inference.modelpool.dev/modelrouter``: ``spec.replicas`` pods, each a
-``controlplane router-proxy`` process). The labels are the operator's, repeated here: the
-stand-in knows nothing of the controllers.
+``inference.modelpool.dev/inferenceservice``: one simulator or real llama-server, at most one
+pod) or a **router-proxy** (labelled ``inference.modelpool.dev/modelrouter``: ``spec.replicas``
+pods, each a ``controlplane router-proxy`` process). The labels are the operator's, repeated here:
+the stand-in knows nothing of the controllers.
 """
 
 from __future__ import annotations
@@ -144,6 +145,42 @@ def server_args(container: Mapping[str, Any], fallback_name: str) -> ServerArgs:
     ctx_text = _flag(args, "--ctx-size", "-c")
     ctx = int(ctx_text) // slots if ctx_text and ctx_text.isdigit() and int(ctx_text) else None
     return ServerArgs(model, slots, ctx or None, _non_negative(_flag(args, LOAD_SECONDS_ARG)))
+
+
+#: The flags whose values the stand-in chooses for a real llama-server (it listens on loopback).
+_LISTEN_FLAGS: Final = ("--host", "--port")
+#: llama-server's spellings of its generation thread count.
+_THREADS_FLAGS: Final = ("--threads", "-t")
+#: The threads a real server gets unless its arguments say otherwise: at llama.cpp's default
+#: (every core) a shared 2-core machine spins in OpenMP and generates 20 to 100 times slower.
+REAL_SERVER_THREADS: Final = 1
+
+
+def model_source(container: Mapping[str, Any]) -> str | None:
+    """The ``--model`` (``-m``) argument of a member's container: the GGUF file it serves."""
+    return _flag([str(a) for a in container.get("args") or ()], "--model", "-m")
+
+
+def llama_server_argv(binary: Path, container: Mapping[str, Any], *, port: int) -> list[str]:
+    """The real ``llama-server`` with a member container's arguments (the operator's ``--model``,
+    ``--alias``, then ``spec.args``), except that it listens on ``LOOPBACK:port`` (``--host`` and
+    ``--port`` rewritten), the stand-in's own ``--sim-load-seconds`` is dropped (the real server
+    refuses unknown flags), and ``--threads`` is :data:`REAL_SERVER_THREADS` unless given."""
+    args = [str(a) for a in container.get("args") or ()]
+    kept: list[str] = []
+    skip_next = False
+    for arg in args:
+        if skip_next:
+            skip_next = False
+            continue
+        name = arg.partition("=")[0]
+        if name in (*_LISTEN_FLAGS, LOAD_SECONDS_ARG):
+            skip_next = "=" not in arg
+            continue
+        kept.append(arg)
+    if _flag(kept, *_THREADS_FLAGS) is None:
+        kept += ["--threads", str(REAL_SERVER_THREADS)]
+    return [str(binary), *kept, "--host", LOOPBACK, "--port", str(port)]
 
 
 def _non_negative(text: str | None) -> float | None:

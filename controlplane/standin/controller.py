@@ -9,7 +9,12 @@ process plays all of them for the operator's Deployments (in every namespace, or
 and what their pods run: :func:`controlplane.standin.builders.pod_role`):
 
 * **member** Deployments (``inference.modelpool.dev/inferenceservice``): a simulator process
-  (``controlplane sim``) as the pod's container;
+  (``controlplane sim``) as the pod's container, or the real llama.cpp ``llama-server`` when the
+  stand-in was given one (:attr:`NodeSettings.llama_server`, ``sim-node --llama-server PATH``)
+  and the member's ``--model`` is a GGUF file on this machine: then the container's arguments
+  are passed through (``spec.args`` included) with ``--host``/``--port`` rewritten to a loopback
+  port the stand-in chooses and ``--threads 1`` unless given
+  (:func:`~controlplane.standin.builders.llama_server_argv`);
 * **router-proxy** Deployments (``inference.modelpool.dev/modelrouter``), when
   :attr:`NodeSettings.router_proxies` is on (``sim-node --router-proxies``; ``make dev`` and
   ``make demo`` turn it on, e2e tests that run their own proxies leave it off):
@@ -84,6 +89,7 @@ import secrets
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import anyio
@@ -117,8 +123,10 @@ from controlplane.standin.builders import (
     desired_replicas,
     endpoint_slices,
     is_terminating,
+    llama_server_argv,
     loopback_name,
     max_replicas,
+    model_source,
     new_pod,
     now,
     pod_env,
@@ -133,11 +141,13 @@ from controlplane.standin.builders import (
 )
 from controlplane.standin.forwarder import ServiceForwarder
 from controlplane.standin.process import (
+    LlamaServerProcess,
     PodProcess,
     ProxyProcess,
     SimulatorProcess,
     SimulatorStartError,
     identity_env,
+    is_gguf,
     simulator_argv,
 )
 from controlplane.standin.settings import NodeSettings
@@ -314,7 +324,7 @@ class NodeStandIn:
                 restarts += 1  # the container died, or ran under a stand-in that is gone
                 log.warning("%s/%s: %s not running; restarting", *_key(meta), role.value)
             if role is PodRole.MEMBER:
-                process: PodProcess = await self._start_simulator(pod)
+                process: PodProcess = await self._start_member(pod)
             else:
                 process = await self._start_proxy(pod)
             running = _Running(process, now(), restarts)
@@ -335,6 +345,32 @@ class NodeStandIn:
             except Conflict:
                 return pod, False  # a newer pod is in the cache; the watch brings it back here
         return pod, ready
+
+    async def _start_member(self, pod: Mapping[str, Any]) -> PodProcess:
+        """The real llama-server when the stand-in has one and the member's model is a GGUF
+        file here; a simulator otherwise."""
+        containers = (pod.get("spec") or {}).get("containers") or [{}]
+        source = model_source(containers[0])
+        binary = self.settings.llama_server
+        if binary is not None and source and await anyio.to_thread.run_sync(is_gguf, source):
+            return await self._start_llama_server(pod, binary)
+        return await self._start_simulator(pod)
+
+    async def _start_llama_server(self, pod: Mapping[str, Any], binary: Path) -> PodProcess:
+        meta = pod["metadata"]
+        containers = (pod.get("spec") or {}).get("containers") or [{}]
+        port = _free_port()
+        member = (meta.get("labels") or {}).get(MEMBER_LABEL, "")
+        process = LlamaServerProcess(
+            llama_server_argv(binary, containers[0], port=port),
+            self.settings.log_dir / f"{meta['namespace']}_{meta['name']}.log",
+            port,
+            env=identity_env(meta["namespace"], meta["name"], member),
+        )
+        url = await process.start()
+        log.info("pod %s/%s: llama-server for %s on %s", meta["namespace"], meta["name"],
+                 model_source(containers[0]), url)  # fmt: skip
+        return process
 
     async def _start_simulator(self, pod: Mapping[str, Any]) -> SimulatorProcess:
         meta = pod["metadata"]

@@ -15,13 +15,13 @@ the test, at teardown, with the record of every violation it saw:
   ``inference.modelpool.dev/inferenceservice`` label; pools and their members come from a watch
   on ModelPools. This source needs nothing but the API, so the kind tier can use it alone
   (``sample_processes=False``).
-* **Processes alive** (sampled). The node stand-in starts each member pod's simulator with its
-  identity in the environment (``MODELPOOL_POD``, ``MODELPOOL_MEMBER``; see
-  :func:`controlplane.standin.process.identity_env`). A thread lists ``/proc`` every
-  :data:`SAMPLE_INTERVAL_SECONDS`, reads the environment of each new process once, and counts a
-  simulator as running until its ``/proc`` entry is gone or it is a zombie (its memory is freed).
-  Two members of one pool alive in one sample is a violation. The thread sleeps at least nine
-  times as long as a sample took, so it never uses more than a tenth of a core.
+* **Processes alive** (sampled). The node stand-in starts each member pod's server (a simulator,
+  or the real llama-server) with its identity in the environment (``MODELPOOL_POD``,
+  ``MODELPOOL_MEMBER``; see :func:`controlplane.standin.process.identity_env`). A thread lists
+  ``/proc`` every :data:`SAMPLE_INTERVAL_SECONDS`, reads the environment of each new process once,
+  and counts a server as running until its ``/proc`` entry is gone or it is a zombie (its memory
+  is freed). Two members of one pool alive in one sample is a violation. The thread sleeps at
+  least nine times as long as a sample took, so it never uses more than a tenth of a core.
 
 The two sources are merged into one timeline for the record, but each is judged on its own: a
 pod's ``DELETED`` reaches this watch some milliseconds after the stand-in saw it, so comparing a

@@ -128,6 +128,7 @@ def start_node(
     load_seconds: float = 0.5,
     token_seconds: float | None = None,
     monitor: bool = True,
+    llama_server: Path | None = None,
 ) -> WatchedNode:
     """The node stand-in as the admin (it plays kubelet and built-in controllers); for a
     ``namespace``, with the pool invariant monitor (``monitor=False`` to go without)."""
@@ -141,6 +142,7 @@ def start_node(
             namespace=namespace,
             load_seconds=load_seconds,
             token_seconds=token_seconds,
+            llama_server=llama_server,
             cwd=REPO,
         )
     except BaseException:

@@ -62,17 +62,19 @@ async def test_health_is_503_loading_until_the_model_has_loaded_then_200_ok() ->
         assert (response.status_code, response.json()) == (200, {"status": "ok"})
 
 
-async def test_models_lists_the_served_name_even_while_loading() -> None:
-    model = SimulatedModel(SimSettings(model_name="llama-a"), ManualClock())
+async def test_models_is_503_while_loading_then_lists_the_served_name_twice() -> None:
+    model = SimulatedModel(SimSettings(model_name="llama-a", n_ctx=1024), ManualClock())
     async with serving(model) as client:
-        body = (await client.get("/v1/models")).json()
-        assert body["object"] == "list"
-        assert [(m["id"], m["object"], m["meta"]) for m in body["data"]] == [
-            ("llama-a", "model", None)
-        ]
+        response = await client.get("/v1/models")
+        assert (response.status_code, response.json()) == (503, LOADING)
         model.mark_loaded()
         body = (await client.get("/v1/models")).json()
-        assert body["data"][0]["meta"] is not None
+    assert body["object"] == "list"
+    assert [(m["id"], m["object"], m["owned_by"]) for m in body["data"]] == [
+        ("llama-a", "model", "llamacpp")
+    ]
+    assert body["data"][0]["meta"]["n_ctx"] == 1024
+    assert [m["name"] for m in body["models"]] == ["llama-a"]
 
 
 # -- /slots -----------------------------------------------------------------------------------
@@ -85,8 +87,8 @@ async def test_slots_is_an_array_with_one_idle_entry_per_slot() -> None:
     slots = response.json()
     assert [s["id"] for s in slots] == [0, 1, 2]
     assert all(s["is_processing"] is False and s["n_ctx"] == 2048 for s in slots)
-    assert all(s["id_task"] == -1 and isinstance(s["params"], dict) for s in slots)
-    assert "state" not in slots[0]
+    # Never used: only these four keys, as llama-server writes such a slot.
+    assert all(set(s) == {"id", "n_ctx", "speculative", "is_processing"} for s in slots)
 
 
 async def test_slots_shows_is_processing_for_the_slot_a_completion_holds() -> None:
@@ -98,10 +100,20 @@ async def test_slots_shows_is_processing_for_the_slot_a_completion_holds() -> No
         busy = (await client.get("/slots")).json()
         assert [s["is_processing"] for s in busy] == [True, False]
         assert busy[0]["id_task"] == 0
+        assert busy[0]["n_prompt_tokens"] == 6
+        [next_token] = busy[0]["next_token"]  # a list, as llama-server has it
+        assert next_token["has_next_token"] is True
+        assert "id_task" not in busy[1]
         clock.open()
     async with serving(model) as client:
         idle = (await client.get("/slots")).json()
     assert [s["is_processing"] for s in idle] == [False, False]
+    # The finished slot keeps its task and parameters; its counters are reset.
+    assert idle[0]["id_task"] == 0
+    assert isinstance(idle[0]["params"], dict)
+    assert idle[0]["next_token"] == [
+        {"has_next_token": False, "has_new_line": False, "n_remain": -1, "n_decoded": 0}
+    ]
 
 
 async def test_legacy_slots_report_state_one_while_processing_and_zero_when_idle() -> None:
@@ -195,9 +207,15 @@ async def test_fail_on_no_slot_is_503_only_while_every_slot_is_busy() -> None:
             group.start_soon(post_chat, client)
             await wait_until(lambda: clock.blocked == 1)
             full = await client.get("/slots?fail_on_no_slot=1")
+            empty_value = await client.get("/slots?fail_on_no_slot=")
             clock.open()
     assert full.status_code == 503
-    assert full.json()["error"]["type"] == "unavailable_error"
+    assert full.json()["error"] == {
+        "code": 503,
+        "message": "no slot available",
+        "type": "unavailable_error",
+    }
+    assert empty_value.status_code == 200  # llama-server checks for a non-empty value
 
 
 # -- chat completions ---------------------------------------------------------------------------
@@ -299,8 +317,6 @@ async def test_completions_are_503_while_the_model_loads() -> None:
 @pytest.mark.parametrize(
     ("body", "names"),
     [
-        (b"{not json", "not valid JSON"),
-        (b"", "not valid JSON"),
         (b"[1, 2]", "must be a JSON object, got array"),
         (b'"text"', "must be a JSON object, got string"),
         (b'{"model": "m"}', "'messages' is required"),
@@ -328,6 +344,20 @@ async def test_malformed_requests_are_400_invalid_request_naming_the_problem(
     assert set(error) == {"message", "type", "code"}
     assert (error["type"], error["code"]) == ("invalid_request_error", 400)
     assert names in error["message"]
+    assert [s.processing for s in model.slots()] == [False]
+
+
+@pytest.mark.parametrize("body", [b"{not json", b""])
+async def test_a_body_that_is_not_json_is_a_500_server_error_as_llama_server_answers_it(
+    body: bytes,
+) -> None:
+    model = loaded()
+    async with serving(model) as client:
+        response = await client.post("/v1/chat/completions", content=body)
+    assert response.status_code == 500
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("server_error", 500)
+    assert "not valid JSON" in error["message"]
     assert [s.processing for s in model.slots()] == [False]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +15,9 @@ from controlplane.standin.builders import (
     deployment_status,
     deployment_status_summary,
     endpoint_slice,
+    llama_server_argv,
     loopback_name,
+    model_source,
     new_pod,
     pod_status,
     pod_status_summary,
@@ -22,6 +25,7 @@ from controlplane.standin.builders import (
     server_args,
     template_hash,
 )
+from controlplane.standin.process import is_gguf
 
 IP = "127.0.0.1"
 
@@ -79,6 +83,44 @@ def deployment(replicas: int | None = 1, generation: int = 4) -> dict[str, Any]:
 )
 def test_server_args_come_from_llama_server_flags(args: list[str], expected: ServerArgs) -> None:
     assert server_args({"args": args}, "fallback") == expected
+
+
+OPERATOR_ARGS = ["--model", "/m/a.gguf", "--alias", "a", "--host", "0.0.0.0", "--port", "8080"]
+
+
+@pytest.mark.parametrize(
+    ("spec_args", "expected_tail"),
+    [
+        ([], ["--threads", "1"]),
+        (["--parallel", "2", "-c", "4096"], ["--parallel", "2", "-c", "4096", "--threads", "1"]),
+        (["--threads", "3"], ["--threads", "3"]),  # the member's own choice stands
+        (["-t=2"], ["-t=2"]),
+        (["--sim-load-seconds", "4", "--parallel", "2"], ["--parallel", "2", "--threads", "1"]),
+        (["--port=9000", "--host", "::"], ["--threads", "1"]),  # where it listens is the node's
+    ],
+)
+def test_a_real_server_gets_the_members_args_on_a_loopback_port_of_the_nodes_choosing(
+    spec_args: list[str], expected_tail: list[str]
+) -> None:
+    container = {"args": [*OPERATOR_ARGS, *spec_args]}
+    argv = llama_server_argv(Path("/bin/llama-server"), container, port=41000)
+    assert argv == [
+        "/bin/llama-server", "--model", "/m/a.gguf", "--alias", "a", *expected_tail,
+        "--host", "127.0.0.1", "--port", "41000",
+    ]  # fmt: skip
+    assert model_source(container) == "/m/a.gguf"
+
+
+def test_only_a_file_that_starts_as_gguf_is_a_model_here(tmp_path: Path) -> None:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF\x03\x00\x00\x00")
+    text = tmp_path / "t.gguf"
+    text.write_text("not a model")
+    assert is_gguf(str(model))
+    assert not is_gguf(str(text))
+    assert not is_gguf(str(tmp_path / "missing.gguf"))
+    assert not is_gguf(str(tmp_path))  # a folder
+    assert not is_gguf("hf://org/model")
 
 
 def test_new_pod_is_bound_owned_labelled_with_the_template_hash() -> None:

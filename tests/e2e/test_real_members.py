@@ -1,0 +1,212 @@
+"""A pool of two real llama.cpp servers, swapped through the router-proxy.
+
+Every other pool test plays its members with the simulator; here the node stand-in is given the
+real ``llama-server`` (``sim-node --llama-server``) and each member's ``--model`` is a tiny GGUF
+model generated for it (two seeds: two different models, served as ``tiny-a`` and ``tiny-b``).
+The operator, the stand-in and one router-proxy are separate processes; the pool invariant
+monitor (at most one member's server alive at any instant, read from ``/proc``) watches it all.
+
+What the real servers prove that the simulator cannot: the pool controller's idle gate reads the
+real ``/slots`` (a completion streamed straight to member a, past the proxy, defers the swap
+with ``PodsBusy`` and is not cut short), readiness follows the real ``/health``, and each answer
+names the model it came from.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import msgspec
+import pytest
+
+from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
+from controlplane.envtest.llamaserver import find_llama_server
+from controlplane.envtest.tinymodel import TinyModelSpec, tiny_model
+from controlplane.runtime.client import KubeClient
+from controlplane.runtime.endpoints import ready_urls
+from controlplane.runtime.resources import ENDPOINT_SLICES
+from controlplane.standin.process import MEMBER_ENV
+from tests.e2e.clusters import TestCluster
+from tests.e2e.operator_process import LocalProcess, OperatorProcess, start_node, stopped_at_exit
+from tests.e2e.test_router_proxy import start_proxies
+from tests.e2e.waiting import eventually
+
+ISVC = InferenceService.resource()
+POOL = ModelPool.resource()
+ROUTER = ModelRouter.resource()
+TIMEOUT = 90.0
+#: Long enough for a stream of several thousand tokens: it keeps member a busy for seconds, while
+#: the test watches the pool defer the swap.
+CONTEXT = 8192
+DIRECT_STREAM_TOKENS = 6000
+Object = dict[str, Any]
+
+
+@pytest.fixture
+def started() -> Iterator[list[LocalProcess]]:
+    with stopped_at_exit() as processes:
+        yield processes
+
+
+def isvc_body(name: str, model: Path, replicas: int) -> Object:
+    return {
+        "apiVersion": "inference.modelpool.dev/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": f"tiny-{name}", "source": str(model)},
+            "args": ["--parallel", "1", "--ctx-size", str(CONTEXT)],
+            "replicas": replicas,
+        },
+    }
+
+
+async def setup_pool(admin: KubeClient, namespace: str) -> None:
+    """Members a (resident; seed 1) and b (seed 2), pool ``gpu-0``, router ``router``."""
+    models = {
+        name: tiny_model(TinyModelSpec(seed=seed, context_length=CONTEXT))
+        for name, seed in (("a", 1), ("b", 2))
+    }
+    await admin.create(ISVC, isvc_body("a", models["a"], 1), namespace)
+    await admin.create(ISVC, isvc_body("b", models["b"], 0), namespace)
+    pool = {
+        "apiVersion": "inference.modelpool.dev/v1alpha1",
+        "kind": "ModelPool",
+        "metadata": {"name": "gpu-0"},
+        "spec": {
+            "members": [{"inferenceServiceRef": {"name": m}} for m in ("a", "b")],
+            "default": "a",
+            "swapBudget": "90s",
+        },
+    }
+    await admin.create(POOL, pool, namespace)
+    router = {
+        "apiVersion": "inference.modelpool.dev/v1alpha1",
+        "kind": "ModelRouter",
+        "metadata": {"name": "router"},
+        "spec": {"backends": [{"name": "gpu", "poolRef": {"name": "gpu-0"}}]},
+    }
+    await admin.create(ROUTER, router, namespace)
+    await wait_pool(admin, namespace, lambda s: s.get("residentMember") == "a"
+                    and s.get("phase") == "Ready", "a resident and Ready")  # fmt: skip
+
+
+async def wait_pool(admin: KubeClient, namespace: str, check: Any, what: str) -> Object:
+    async def reached() -> Object | None:
+        status = (await admin.get(POOL, "gpu-0", namespace)).get("status") or {}
+        return status if check(status) else None
+
+    return await eventually(reached, timeout=TIMEOUT, what=what)
+
+
+def deferred_busy(status: Object) -> bool:
+    conditions = status.get("conditions") or ()
+    found = next((c for c in conditions if c["type"] == "SwapDeferred"), None)
+    return found is not None and (found["status"], found["reason"]) == ("True", "PodsBusy")
+
+
+def member_executables(namespace: str) -> dict[str, str]:
+    """``{member: executable}`` for every live process that carries a member identity of
+    ``namespace`` (what the stand-in started, read from ``/proc`` as the monitor reads it)."""
+    found: dict[str, str] = {}
+    prefix = f"{MEMBER_ENV}={namespace}/".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            executable = os.readlink(f"/proc/{entry}/exe")
+        except OSError:
+            continue
+        for variable in environ:
+            if variable.startswith(prefix):
+                found[variable[len(prefix) :].decode()] = executable
+    return found
+
+
+async def member_url(admin: KubeClient, namespace: str, member: str) -> str:
+    async def found() -> str | None:
+        slices = await admin.list(
+            ENDPOINT_SLICES, namespace, label_selector=f"kubernetes.io/service-name={member}"
+        )
+        urls = ready_urls(slices.items)
+        return urls[0] if urls else None
+
+    return await eventually(found, timeout=TIMEOUT, what=f"a ready endpoint of {member}")
+
+
+def chat(model: str, **extra: Any) -> Object:
+    return {"model": model, "messages": [{"role": "user", "content": "hello pool"}], **extra}
+
+
+async def test_a_pool_of_two_real_llama_servers_swaps_through_the_proxy_and_each_answers(
+    cluster: TestCluster,
+    admin: KubeClient,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+) -> None:
+    binary = find_llama_server()  # a missing build fails here, saying how to build it
+    start_node(cluster, tmp_path, started, namespace=namespace, llama_server=binary)
+    await setup_pool(admin, namespace)
+    (proxy,) = await start_proxies(cluster, admin, namespace, tmp_path, started, 1)
+    assert member_executables(namespace) == {"a": str(binary.resolve())}
+
+    async with httpx.AsyncClient(timeout=TIMEOUT, trust_env=False) as http:
+        answer = await http.post(f"{proxy.url}/v1/chat/completions", json=chat("tiny-a"))
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["model"] == "tiny-a"
+
+        # A long completion straight to member a, past the proxy: only a's /slots knows of it.
+        url_a = await member_url(admin, namespace, "a")
+        held: list[httpx.Response] = []
+        payloads: list[str] = []
+        request = chat("tiny-a", stream=True, max_tokens=DIRECT_STREAM_TOKENS, ignore_eos=True)
+        async with (
+            http.stream("POST", f"{url_a}/v1/chat/completions", json=request) as stream,
+            anyio.create_task_group() as group,
+        ):
+            assert stream.status_code == 200
+            lines = stream.aiter_lines()
+            async for line in lines:
+                if line.startswith("data: "):
+                    payloads.append(line.removeprefix("data: "))
+                    if len(payloads) >= 2:  # the role, then content: a's slot is processing
+                        break
+
+            async def ask_b() -> None:
+                held.append(
+                    await http.post(f"{proxy.url}/v1/chat/completions", json=chat("tiny-b"))
+                )
+
+            group.start_soon(ask_b)
+            status = await wait_pool(admin, namespace, deferred_busy, "the swap deferred")
+            assert (status["residentMember"], status.get("pendingMember")) == ("a", "b")
+            assert not held, "b answered while a was still generating"
+            async for line in lines:
+                if line.startswith("data: "):
+                    payloads.append(line.removeprefix("data: "))
+        # a finished its completion whole: the drain waited for the real /slots to say idle.
+        assert payloads[-1] == "[DONE]"
+        last = msgspec.json.decode(payloads[-2])
+        assert last["choices"][0]["finish_reason"] == "length"
+        assert last["timings"]["predicted_n"] == DIRECT_STREAM_TOKENS
+        [answer_b] = held
+        assert answer_b.status_code == 200, answer_b.text
+        assert answer_b.json()["model"] == "tiny-b"
+        assert member_executables(namespace) == {"b": str(binary.resolve())}
+
+        # And back: a is brought up again from its own model file.
+        answer = await http.post(f"{proxy.url}/v1/chat/completions", json=chat("tiny-a"))
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["model"] == "tiny-a"
+        status = await wait_pool(
+            admin, namespace, lambda s: s.get("residentMember") == "a", "a resident again"
+        )
+        assert not deferred_busy(status)
