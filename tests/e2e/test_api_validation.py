@@ -23,7 +23,7 @@ from tests.e2e.kubectl import kubectl
 
 # Marked here, not only by conftest after collection: anyio must see the mark while pytest
 # parametrizes, or the table's parameters are lost.
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.any_cluster]
 
 REPO = Path(__file__).resolve().parents[2]
 DELETE = object()

@@ -8,6 +8,8 @@ from controlplane.runtime.client import JSON_PATCH, STRATEGIC_MERGE_PATCH, KubeC
 from controlplane.runtime.errors import AlreadyExists, Conflict, Invalid, NotFound
 from controlplane.runtime.resources import CONFIGMAPS, DEPLOYMENTS, LEASES
 
+pytestmark = pytest.mark.any_cluster
+
 
 def _deployment(name: str) -> dict[str, object]:
     labels = {"app": name}
@@ -27,13 +29,19 @@ def _deployment(name: str) -> dict[str, object]:
 
 
 async def test_list_pages_through_continue_tokens(admin: KubeClient, namespace: str) -> None:
+    # Labelled: a real cluster adds ConfigMaps of its own to every namespace (kube-root-ca.crt).
+    mine = "e2e.modelpool.dev/pages=yes"
     for i in range(7):
-        await admin.create(CONFIGMAPS, {"metadata": {"name": f"c{i}"}}, namespace)
-    pages = [page async for page in admin.list_pages(CONFIGMAPS, namespace, page_size=3)]
+        body = {"metadata": {"name": f"c{i}", "labels": {"e2e.modelpool.dev/pages": "yes"}}}
+        await admin.create(CONFIGMAPS, body, namespace)
+    pages = [
+        page
+        async for page in admin.list_pages(CONFIGMAPS, namespace, page_size=3, label_selector=mine)
+    ]
     assert [len(page.items) for page in pages] == [3, 3, 1]
     assert all(page.continue_token for page in pages[:-1])
     assert not pages[-1].continue_token
-    listed = await admin.list(CONFIGMAPS, namespace, page_size=3)
+    listed = await admin.list(CONFIGMAPS, namespace, page_size=3, label_selector=mine)
     assert sorted(o["metadata"]["name"] for o in listed.items) == [f"c{i}" for i in range(7)]
     assert listed.resource_version
 

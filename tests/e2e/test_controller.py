@@ -6,6 +6,7 @@ import time
 
 import anyio
 import httpx
+import pytest
 
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.controller import Request, Result, TerminalError
@@ -14,6 +15,8 @@ from controlplane.runtime.resources import CONFIGMAPS, EVENTS, SECRETS
 from controlplane.runtime.workqueue import DEFAULT_ITEM_BASE_DELAY
 from tests.e2e.clusters import TestCluster
 from tests.e2e.waiting import eventually, until
+
+pytestmark = pytest.mark.any_cluster
 
 LOCAL = ("127.0.0.1", 0)
 

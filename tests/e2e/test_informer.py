@@ -18,6 +18,8 @@ from controlplane.runtime.resources import CONFIGMAPS, LEASES, NAMESPACES, Resou
 from tests.e2e.clusters import TestCluster
 from tests.e2e.waiting import eventually, until
 
+pytestmark = pytest.mark.any_cluster
+
 
 class Recorder:
     """Remembers what the informer said, in order."""

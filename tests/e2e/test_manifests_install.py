@@ -18,6 +18,8 @@ from controlplane.runtime.resources import DEPLOYMENTS, NAMESPACES, PODS
 from tests.e2e.clusters import TestCluster
 from tests.e2e.kubectl import MANIFESTS, install, kubectl
 
+pytestmark = pytest.mark.any_cluster
+
 
 async def test_default_install_and_samples_are_accepted(
     cluster: TestCluster, admin: KubeClient, namespace: str
