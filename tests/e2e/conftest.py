@@ -71,8 +71,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if mode == "local":
             runs = not in_kind_tier
         else:
-            runs = in_kind_tier or item.get_closest_marker("any_cluster") is not None
-            runs = runs and (mode == "kind" or not in_kind_tier)
+            anywhere = item.get_closest_marker("any_cluster") is not None
+            anywhere = anywhere and item.get_closest_marker("local_only") is None
+            runs = anywhere or (in_kind_tier and mode == "kind")
         (kept if runs else deselected).append(item)
     if deselected:
         config.hook.pytest_deselected(items=deselected)

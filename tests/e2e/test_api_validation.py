@@ -188,6 +188,7 @@ async def test_kubectl_apply_shows_the_field_to_the_user(
 
 
 @pytest.mark.usefixtures("crds")
+@pytest.mark.local_only  # it reads an unwritten status: in a cluster the operator writes it
 async def test_status_is_validated_and_written_only_through_its_subresource(
     admin: KubeClient, namespace: str
 ) -> None:

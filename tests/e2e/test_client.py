@@ -29,8 +29,10 @@ def _deployment(name: str) -> dict[str, object]:
 
 
 async def test_list_pages_through_continue_tokens(admin: KubeClient, namespace: str) -> None:
-    # Labelled: a real cluster adds ConfigMaps of its own to every namespace (kube-root-ca.crt).
+    # Labelled, beside one that is not: every page must keep the selector (a cluster adds
+    # ConfigMaps of its own to a namespace too, kube-root-ca.crt).
     mine = "e2e.modelpool.dev/pages=yes"
+    await admin.create(CONFIGMAPS, {"metadata": {"name": "d-unlabelled"}}, namespace)
     for i in range(7):
         body = {"metadata": {"name": f"c{i}", "labels": {"e2e.modelpool.dev/pages": "yes"}}}
         await admin.create(CONFIGMAPS, body, namespace)
@@ -84,6 +86,7 @@ async def test_server_side_apply_owns_fields_per_manager(admin: KubeClient, name
     assert "second" in managers
 
 
+@pytest.mark.local_only  # it writes a Deployment's status, as a cluster's controller does too
 async def test_status_subresource_and_preconditioned_delete(
     admin: KubeClient, namespace: str
 ) -> None:

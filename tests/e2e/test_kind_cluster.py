@@ -136,7 +136,7 @@ async def test_the_operator_runs_in_the_cluster_from_the_image_as_its_non_root_u
     assert "acquired lease" in await logs(cluster, OPERATOR_NAMESPACE, OPERATOR_LABEL)
 
 
-async def test_no_component_logs_forbidden_on_the_happy_path(
+async def test_the_happy_path_logs_no_refusal(
     admin: KubeClient, cluster: TestCluster, namespace: str, operator_pod: str
 ) -> None:
     assert cluster.image is not None

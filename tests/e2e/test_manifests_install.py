@@ -14,7 +14,7 @@ import pytest
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import Forbidden
-from controlplane.runtime.resources import DEPLOYMENTS, NAMESPACES, PODS
+from controlplane.runtime.resources import DEPLOYMENTS, NAMESPACES, PODS, SERVICE_ACCOUNTS
 from tests.e2e.clusters import TestCluster
 from tests.e2e.kubectl import MANIFESTS, install, kubectl
 
@@ -49,6 +49,7 @@ async def test_default_install_and_samples_are_accepted(
     assert "created" not in again
 
 
+@pytest.mark.local_only  # the story is told with no operator running; in a cluster one runs
 async def test_kubectl_get_tells_the_story(
     cluster: TestCluster, admin: KubeClient, namespace: str
 ) -> None:
@@ -115,6 +116,13 @@ async def test_operator_deployment_is_hardened(
         namespace,
         {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}},
     )
+    # The ServiceAccount admission of a cluster wants the pod's account to exist.
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "modelpool-operator"},
+    }
+    await admin.create(SERVICE_ACCOUNTS, account, namespace)
     pod_spec = {**pod, "containers": [{**container, "image": "example.invalid/operator:test"}]}
     created = await admin.create(
         PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "op"}, "spec": pod_spec},
