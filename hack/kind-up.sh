@@ -7,7 +7,8 @@
 # kubelet is allowed cgroup v1 when the host has no cgroup v2 hierarchy, and containerd is told
 # not to lower oom_score_adj only where dockerd's bounding set lacks CAP_SYS_RESOURCE (lowering it
 # needs that capability, and pod sandboxes fail without the setting there).
-# Prints the kubeconfig context's name on its last line.
+# Prints the kubeconfig context's name on its last line; with --print-config, prints the cluster
+# configuration instead and creates nothing (the e2e suite's kind tier creates through pytest-kind).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,34 +16,15 @@ KIND_CLUSTER="${KIND_CLUSTER:-modelpool}"
 log() { echo "[kind-up] $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-hack/docker-engine.sh >/dev/null
-node_image=$(hack/build-kind-node.sh | tail -n 1)
-tools=$(hack/build-kind-tools.sh 2>/dev/null | tail -n 1)
-kind="$tools/kind"
-
-if "$kind" get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; then
-  container="$KIND_CLUSTER-control-plane"
-  if [ "$(docker inspect -f '{{.State.Running}}' "$container" 2>/dev/null)" != true ]; then
-    log "starting the stopped node $container"
-    docker start "$container" >/dev/null
+# The cluster configuration for node image $1, following this host (see the header).
+print_config() {
+  local node_image="$1" cgroup_v1=false restrict_oom=false dockerd_pid bounding
+  [ -f /sys/fs/cgroup/cgroup.controllers ] || cgroup_v1=true
+  dockerd_pid=$(pidof dockerd 2>/dev/null | awk '{print $1}' || true)
+  if [ -n "$dockerd_pid" ]; then
+    bounding=$(awk '/^CapBnd:/ {print $2}' "/proc/$dockerd_pid/status")
+    if (( (16#$bounding >> 24 & 1) == 0 )); then restrict_oom=true; fi
   fi
-  "$kind" export kubeconfig --name "$KIND_CLUSTER" >&2
-  log "cluster $KIND_CLUSTER is up"
-  echo "kind-$KIND_CLUSTER"; exit 0
-fi
-
-cgroup_v1=false
-[ -f /sys/fs/cgroup/cgroup.controllers ] || cgroup_v1=true
-restrict_oom=false
-dockerd_pid=$(pidof dockerd 2>/dev/null | awk '{print $1}' || true)
-if [ -n "$dockerd_pid" ]; then
-  bounding=$(awk '/^CapBnd:/ {print $2}' "/proc/$dockerd_pid/status")
-  (( (16#$bounding >> 24 & 1) == 0 )) && restrict_oom=true
-fi
-
-config=$(mktemp)
-trap 'rm -f "$config"' EXIT
-{
   cat <<YAML
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
@@ -70,8 +52,29 @@ containerdConfigPatches:
       restrict_oom_score_adj = true
 YAML
   fi
-} >"$config"
-log "creating kind cluster $KIND_CLUSTER (cgroup v1: $cgroup_v1, restrict_oom_score_adj: $restrict_oom)"
+}
+
+hack/docker-engine.sh >/dev/null
+node_image=$(hack/build-kind-node.sh | tail -n 1)
+if [ "${1:-}" = "--print-config" ]; then print_config "$node_image"; exit 0; fi
+tools=$(hack/build-kind-tools.sh 2>/dev/null | tail -n 1)
+kind="$tools/kind"
+
+if "$kind" get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; then
+  container="$KIND_CLUSTER-control-plane"
+  if [ "$(docker inspect -f '{{.State.Running}}' "$container" 2>/dev/null)" != true ]; then
+    log "starting the stopped node $container"
+    docker start "$container" >/dev/null
+  fi
+  "$kind" export kubeconfig --name "$KIND_CLUSTER" >&2
+  log "cluster $KIND_CLUSTER is up"
+  echo "kind-$KIND_CLUSTER"; exit 0
+fi
+
+config=$(mktemp)
+trap 'rm -f "$config"' EXIT
+print_config "$node_image" >"$config"
+log "creating kind cluster $KIND_CLUSTER from $node_image"
 "$kind" create cluster --name "$KIND_CLUSTER" --config "$config" --wait 120s >&2 \
   || die "kind create cluster failed; 'docker logs $KIND_CLUSTER-control-plane' shows the node's boot"
 echo "kind-$KIND_CLUSTER"

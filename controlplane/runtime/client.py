@@ -249,7 +249,10 @@ class KubeClient:
             yield RawPage(page.items, str(page.metadata.get("resourceVersion", "")), token)
             if not token:
                 return
-            params = {"limit": page_size, "continue": token}
+            # The selectors are not in the token: every page must repeat them (the server would
+            # otherwise answer the rest of the list unfiltered); a resourceVersion must not be.
+            params.pop("resourceVersion", None)
+            params["continue"] = token
 
     async def list(
         self,

@@ -8,7 +8,9 @@ Outcomes: a returned :class:`Result` with ``requeue_after`` re-adds the key afte
 forgets its backoff); ``requeue`` re-adds it rate-limited; an exception is logged, counted and
 re-added rate-limited (the worker survives); a :class:`TerminalError` is logged and counted (in
 ``controller_runtime_reconcile_errors_total`` too, as in controller-runtime) but not retried,
-since retrying cannot help; success forgets the key's backoff.
+since retrying cannot help; a write refused because the namespace is being deleted
+(:class:`~controlplane.runtime.errors.NamespaceTerminating`) ends the reconcile quietly, as a
+success; success forgets the key's backoff.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from opentelemetry import trace
 
 from controlplane.runtime import controller_metrics as metrics
 from controlplane.runtime.cache import Object
+from controlplane.runtime.errors import NamespaceTerminating
 from controlplane.runtime.informer import DeletedFinalStateUnknown, Informer
 from controlplane.runtime.metrics import workqueue_metrics_provider
 from controlplane.runtime.resources import Resource
@@ -257,6 +260,12 @@ class Controller:
         ) as span:
             try:
                 result = await self.reconciler.reconcile(request)
+            except NamespaceTerminating as err:
+                # The request's namespace is being deleted: its objects go with it, so this is
+                # neither a failure nor worth a retry (as controller-runtime users check the cause).
+                outcome = "success"
+                log.debug("controller %s: %s: namespace terminating: %s", self.name, request, err)
+                self.queue.forget(request)
             except TerminalError as err:
                 outcome = "error"
                 # As controller-runtime: the error counter counts both kinds, this one terminal.

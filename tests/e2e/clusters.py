@@ -1,7 +1,9 @@
 """The clusters the e2e suite can run against: local (built here), kind, or any kubeconfig.
 
 Every mode yields a :class:`TestCluster`; tests use only what it offers, so the same suite runs
-unchanged on all three.
+unchanged on all three. The kind cluster is made from the node image ``hack/`` builds (no
+registry), through pytest-kind's :class:`~pytest_kind.KindCluster`, with the configuration
+``hack/kind-up.sh --print-config`` gives, and the project image is loaded into it.
 """
 
 from __future__ import annotations
@@ -12,8 +14,12 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_kind import KindCluster
+
 from controlplane.envtest import ControlPlane
 from controlplane.runtime.config import ClientConfig
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -25,6 +31,9 @@ class TestCluster:
     mode: str
     admin_kubeconfig: Path
     local: ControlPlane | None = None
+    #: kind only: the cluster, and the project image loaded into it (operator, proxy, simulator).
+    kind: KindCluster | None = None
+    image: str | None = None
 
     def admin_config(self) -> ClientConfig:
         return ClientConfig.from_kubeconfig(self.admin_kubeconfig)
@@ -43,6 +52,47 @@ def start_local() -> TestCluster:
     plane = ControlPlane(with_controller_manager=True, extra_apiserver_args=UNCACHED_WATCH_ARGS)
     plane.start()
     return TestCluster("local", plane.admin_kubeconfig, plane)
+
+
+class ClusterStartError(Exception):
+    """A step of bringing the kind tier up failed; the message names it and its output."""
+
+
+def hack(script: str, *args: str, env: dict[str, str] | None = None) -> str:
+    """Run ``hack/SCRIPT`` and return the last line of its output (what each script prints)."""
+    done = subprocess.run(
+        [str(REPO / "hack" / script), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
+    if done.returncode != 0:
+        raise ClusterStartError(f"hack/{script} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+
+
+def start_kind(name: str, workdir: Path) -> TestCluster:
+    """A kind cluster from the node image built here, with the project image loaded in it."""
+    hack("docker-engine.sh")
+    tools = Path(hack("build-kind-tools.sh"))
+    image = hack("build-image.sh")
+    config = workdir / "kind-config.yaml"
+    config.write_text(
+        subprocess.run(
+            [str(REPO / "hack" / "kind-up.sh"), "--print-config"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=REPO,
+        ).stdout
+    )
+    kubectl = Path(hack("build-controlplane.sh")) / "kubectl"
+    cluster = KindCluster(name, kind_path=tools / "kind", kubectl_path=kubectl)
+    cluster.create(config)
+    cluster.load_docker_image(image)
+    return TestCluster("kind", Path(cluster.kubeconfig_path), kind=cluster, image=image)
 
 
 def docker_unavailable_reason() -> str | None:

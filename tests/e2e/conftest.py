@@ -1,9 +1,12 @@
 """e2e wiring: one real cluster per session, a fresh namespace per test.
 
 ``--cluster=local`` (default) starts etcd, kube-apiserver and kube-controller-manager built by
-``hack/``; ``--cluster=kind`` goes through pytest-kind (skipped with a reason where Docker is
-missing, failed under CI); ``--cluster=kubeconfig`` uses ``--kubeconfig``. A local control plane
-that cannot start fails the session: this tier is never silently skipped.
+``hack/``; ``--cluster=kind`` makes a kind cluster from images built by ``hack/`` through
+pytest-kind (``--cluster-name``, ``--keep-cluster``), runs the operator in it from the project
+image, and runs the tests that make sense there (see :func:`pytest_collection_modifyitems`); it is
+skipped with a reason where no Docker engine can be started, and fails under CI.
+``--cluster=kubeconfig`` uses ``--kubeconfig``. A local control plane that cannot start fails the
+session: this tier is never silently skipped.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import secrets
+import subprocess
 from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
 
@@ -23,7 +27,14 @@ from controlplane.envtest.process import tail
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import NAMESPACES
-from tests.e2e.clusters import TestCluster, docker_unavailable_reason, in_ci, start_local
+from tests.e2e.clusters import (
+    ClusterStartError,
+    TestCluster,
+    docker_unavailable_reason,
+    in_ci,
+    start_kind,
+    start_local,
+)
 from tests.e2e.invariants import note_test_outcome
 from tests.e2e.kubectl import install
 from tests.e2e.operator_process import OperatorProcess, start_operator, stopped_at_exit
@@ -40,13 +51,33 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark e2e tests, and choose the ones the ``--cluster`` mode runs. The local tier runs all
+    but the ``kind`` ones (they need the operator in a cluster, from the image). On kind, the
+    ``any_cluster`` tests (the API server's behaviour, the framework, RBAC, the install) and the
+    ``kind`` ones run; the rest drive processes only the local tier has (the node stand-in, a local
+    operator, a SIGSTOPped API server) and are deselected, counted in the summary."""
+    mode = config.getoption("--cluster")
+    kept: list[pytest.Item] = []
+    deselected: list[pytest.Item] = []
     for item in items:
         if "tests/e2e" not in str(item.path):
+            kept.append(item)
             continue
         item.add_marker(pytest.mark.e2e)
         if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj):
             item.add_marker(pytest.mark.anyio)
+        in_kind_tier = item.get_closest_marker("kind") is not None
+        if mode == "local":
+            runs = not in_kind_tier
+        else:
+            anywhere = item.get_closest_marker("any_cluster") is not None
+            anywhere = anywhere and item.get_closest_marker("local_only") is None
+            runs = anywhere or (in_kind_tier and mode == "kind")
+        (kept if runs else deselected).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
 
 
 @pytest.fixture(scope="session")
@@ -61,13 +92,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[TestCluster]:
     if mode == "local":
         found = start_local()  # raises (never skips) when the control plane cannot start
     elif mode == "kind":
-        reason = docker_unavailable_reason()
-        if reason is not None:
-            if in_ci():
-                pytest.fail(f"--cluster=kind under CI: {reason}")
-            pytest.skip(reason)
-        kind = request.getfixturevalue("kind_cluster")
-        found = TestCluster("kind", Path(kind.kubeconfig_path))
+        found = _start_kind(request)
     else:
         path = request.config.getoption("--kubeconfig")
         if not path:
@@ -78,6 +103,21 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[TestCluster]:
     _session_cluster = None
     if found.local is not None:
         found.local.stop()
+    if found.kind is not None and not request.config.getoption("keep_cluster"):
+        found.kind.delete()
+
+
+def _start_kind(request: pytest.FixtureRequest) -> TestCluster:
+    """The kind tier: a cluster from the node image built here (never pulled). Without a Docker
+    engine that can be started, it is skipped with the reason, except under CI, where it fails."""
+    workdir = request.getfixturevalue("tmp_path_factory").mktemp("kind")
+    try:
+        return start_kind(request.config.getoption("cluster_name"), workdir)
+    except (ClusterStartError, subprocess.CalledProcessError) as err:
+        reason = docker_unavailable_reason()
+        if reason is not None and not in_ci():
+            pytest.skip(reason)
+        pytest.fail(f"the kind tier could not start: {err}")
 
 
 @pytest.fixture(scope="session")

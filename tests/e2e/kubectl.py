@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import anyio
+import yaml
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.envtest import find_binaries
@@ -37,9 +38,38 @@ async def kubectl(
     return done.returncode, out, err
 
 
+#: The image the manifests name for the operator; a kind cluster runs the one built here instead.
+MANIFEST_IMAGE = "ghcr.io/modelpool/controlplane"
+
+
+def with_image(rendered: str, image: str) -> str:
+    """``rendered`` manifests with every container of :data:`MANIFEST_IMAGE` running ``image``
+    (what kustomize's ``images:`` does in ``hack/deploy.sh``)."""
+    documents = [doc for doc in yaml.safe_load_all(rendered) if doc]
+    for doc in documents:
+        template = (doc.get("spec") or {}).get("template") or {}
+        for container in (template.get("spec") or {}).get("containers") or ():
+            if str(container.get("image", "")).startswith(MANIFEST_IMAGE + ":"):
+                container["image"] = image
+    return yaml.safe_dump_all(documents)
+
+
 async def install(cluster: TestCluster) -> None:
-    """The documented install (`kubectl apply -k manifests/default`), CRDs established."""
-    await kubectl(cluster, "apply", "-k", str(MANIFESTS / "default"))
+    """The documented install (`kubectl apply -k manifests/default`), CRDs established. On kind
+    the operator Deployment runs the image built and loaded by the suite, so it really runs."""
+    if cluster.image is None:
+        await kubectl(cluster, "apply", "-k", str(MANIFESTS / "default"))
+    else:
+        _, rendered, _ = await kubectl(cluster, "kustomize", str(MANIFESTS / "default"))
+        await kubectl(
+            cluster,
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            "-",
+            stdin=with_image(rendered, cluster.image),
+        )
     crds = [
         f"crd/{kind.PLURAL}.inference.modelpool.dev"
         for kind in (InferenceService, ModelPool, ModelRouter)

@@ -23,7 +23,7 @@ from tests.e2e.kubectl import kubectl
 
 # Marked here, not only by conftest after collection: anyio must see the mark while pytest
 # parametrizes, or the table's parameters are lost.
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.any_cluster]
 
 REPO = Path(__file__).resolve().parents[2]
 DELETE = object()
@@ -188,6 +188,7 @@ async def test_kubectl_apply_shows_the_field_to_the_user(
 
 
 @pytest.mark.usefixtures("crds")
+@pytest.mark.local_only  # it reads an unwritten status: in a cluster the operator writes it
 async def test_status_is_validated_and_written_only_through_its_subresource(
     admin: KubeClient, namespace: str
 ) -> None:

@@ -8,6 +8,8 @@ from controlplane.runtime.client import JSON_PATCH, STRATEGIC_MERGE_PATCH, KubeC
 from controlplane.runtime.errors import AlreadyExists, Conflict, Invalid, NotFound
 from controlplane.runtime.resources import CONFIGMAPS, DEPLOYMENTS, LEASES
 
+pytestmark = pytest.mark.any_cluster
+
 
 def _deployment(name: str) -> dict[str, object]:
     labels = {"app": name}
@@ -27,13 +29,21 @@ def _deployment(name: str) -> dict[str, object]:
 
 
 async def test_list_pages_through_continue_tokens(admin: KubeClient, namespace: str) -> None:
+    # Labelled, beside one that is not: every page must keep the selector (a cluster adds
+    # ConfigMaps of its own to a namespace too, kube-root-ca.crt).
+    mine = "e2e.modelpool.dev/pages=yes"
+    await admin.create(CONFIGMAPS, {"metadata": {"name": "d-unlabelled"}}, namespace)
     for i in range(7):
-        await admin.create(CONFIGMAPS, {"metadata": {"name": f"c{i}"}}, namespace)
-    pages = [page async for page in admin.list_pages(CONFIGMAPS, namespace, page_size=3)]
+        body = {"metadata": {"name": f"c{i}", "labels": {"e2e.modelpool.dev/pages": "yes"}}}
+        await admin.create(CONFIGMAPS, body, namespace)
+    pages = [
+        page
+        async for page in admin.list_pages(CONFIGMAPS, namespace, page_size=3, label_selector=mine)
+    ]
     assert [len(page.items) for page in pages] == [3, 3, 1]
     assert all(page.continue_token for page in pages[:-1])
     assert not pages[-1].continue_token
-    listed = await admin.list(CONFIGMAPS, namespace, page_size=3)
+    listed = await admin.list(CONFIGMAPS, namespace, page_size=3, label_selector=mine)
     assert sorted(o["metadata"]["name"] for o in listed.items) == [f"c{i}" for i in range(7)]
     assert listed.resource_version
 
@@ -76,6 +86,7 @@ async def test_server_side_apply_owns_fields_per_manager(admin: KubeClient, name
     assert "second" in managers
 
 
+@pytest.mark.local_only  # it writes a Deployment's status, as a cluster's controller does too
 async def test_status_subresource_and_preconditioned_delete(
     admin: KubeClient, namespace: str
 ) -> None:

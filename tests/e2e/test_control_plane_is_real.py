@@ -23,6 +23,8 @@ from controlplane.runtime.resources import (
 from tests.e2e.clusters import TestCluster
 from tests.e2e.waiting import eventually
 
+pytestmark = pytest.mark.any_cluster
+
 ESCALATION_MESSAGE = "is attempting to grant RBAC permissions not currently held"
 
 

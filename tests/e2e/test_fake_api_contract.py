@@ -36,7 +36,7 @@ from tests.unit.router_fakes import UNCONDITIONAL_UPDATES, FakeApi
 
 # Marked here, not only by conftest after collection: anyio must see the mark while pytest
 # parametrizes, or the scenario and backend parameters are lost.
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.any_cluster]
 
 Object = dict[str, Any]
 ISVC = InferenceService.resource()

@@ -28,6 +28,8 @@ from tests.e2e.programs.counter_leader import (
 )
 from tests.e2e.waiting import eventually
 
+pytestmark = pytest.mark.any_cluster
+
 #: The longest a handover after SIGKILL may take: the Lease must expire on the survivor's clock,
 #: then one jittered retry (up to 2.2 periods), plus slack for a loaded 2-core machine.
 MAX_HANDOVER = LEASE_DURATION + 2.2 * RETRY_PERIOD + 2.0

@@ -7,6 +7,7 @@ get` prints the columns the design promises.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -14,15 +15,24 @@ import pytest
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import Forbidden
-from controlplane.runtime.resources import DEPLOYMENTS, NAMESPACES, PODS
+from controlplane.runtime.resources import DEPLOYMENTS, NAMESPACES, PODS, SERVICE_ACCOUNTS
 from tests.e2e.clusters import TestCluster
 from tests.e2e.kubectl import MANIFESTS, install, kubectl
+
+pytestmark = pytest.mark.any_cluster
 
 
 async def test_default_install_and_samples_are_accepted(
     cluster: TestCluster, admin: KubeClient, namespace: str
 ) -> None:
     await install(cluster)
+    # No default for replicas: absent means 1 and a pool decides. Read from a server-side dry
+    # run, the object as it would be stored, before any operator (in a cluster, one runs) acts.
+    _, dry, _ = await kubectl(
+        cluster, "create", "--dry-run=server", "-o", "json", "-n", namespace,
+        "-f", str(MANIFESTS / "samples" / "inferenceservice_qwen.yaml"),
+    )  # fmt: skip
+    assert "replicas" not in json.loads(dry)["spec"]
     _, out, _ = await kubectl(cluster, "apply", "-n", namespace, "-f", str(MANIFESTS / "samples"))
     assert "modelpool.inference.modelpool.dev/gpu-0 created" in out
     assert "modelrouter.inference.modelpool.dev/chat created" in out
@@ -36,17 +46,19 @@ async def test_default_install_and_samples_are_accepted(
     )
     assert (isvc.spec.port, isvc.spec.runtime) == (8080, "llamacpp")
     assert isvc.spec.image
-    assert isvc.spec.replicas is None, "no default: absent means 1 and a pool decides"
     router = ModelRouter.from_dict(await admin.get(ModelRouter.resource(), "chat", namespace))
     assert router.spec.proxy is not None
     assert router.spec.proxy.replicas == 2
     assert router.spec.proxy.image == "ghcr.io/modelpool/controlplane:0.1.0"
 
-    # Applying again is a no-op, as an install must be.
-    _, again, _ = await kubectl(cluster, "apply", "-k", str(MANIFESTS / "default"))
-    assert "created" not in again
+    # Installing again is a no-op, as an install must be: no object's spec changes.
+    operator = await admin.get(DEPLOYMENTS, "modelpool-operator", "modelpool-system")
+    await install(cluster)
+    again = await admin.get(DEPLOYMENTS, "modelpool-operator", "modelpool-system")
+    assert again["metadata"]["generation"] == operator["metadata"]["generation"]
 
 
+@pytest.mark.local_only  # the story is told with no operator running; in a cluster one runs
 async def test_kubectl_get_tells_the_story(
     cluster: TestCluster, admin: KubeClient, namespace: str
 ) -> None:
@@ -113,6 +125,13 @@ async def test_operator_deployment_is_hardened(
         namespace,
         {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}},
     )
+    # The ServiceAccount admission of a cluster wants the pod's account to exist.
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "modelpool-operator"},
+    }
+    await admin.create(SERVICE_ACCOUNTS, account, namespace)
     pod_spec = {**pod, "containers": [{**container, "image": "example.invalid/operator:test"}]}
     created = await admin.create(
         PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "op"}, "spec": pod_spec},

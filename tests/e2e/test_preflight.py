@@ -41,6 +41,8 @@ from controlplane.runtime.resources import (
 )
 from tests.e2e.clusters import TestCluster
 
+pytestmark = pytest.mark.any_cluster
+
 RBAC_V1 = "rbac.authorization.k8s.io/v1"
 
 

@@ -39,6 +39,8 @@ from tests.e2e.clusters import TestCluster
 from tests.e2e.kubectl import kubectl
 from tests.e2e.waiting import eventually
 
+pytestmark = pytest.mark.any_cluster
+
 REPO = Path(__file__).resolve().parents[2]
 ESCALATION = "is attempting to grant RBAC permissions not currently held"
 OPERATOR = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}"

@@ -11,6 +11,7 @@ from controlplane.runtime.errors import (
     Forbidden,
     Gone,
     Invalid,
+    NamespaceTerminating,
     ResourceVersionTooLarge,
     ServerTimeout,
     TooManyRequests,
@@ -49,6 +50,26 @@ def test_too_large_resource_version_is_recognised_from_its_cause() -> None:
         "details": {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large"}]},
     }
     assert isinstance(api_error(504, status), ResourceVersionTooLarge)
+
+
+def test_a_write_into_a_terminating_namespace_is_told_from_a_refused_permission() -> None:
+    """The namespace lifecycle admission's 403, as kube-apiserver 1.36 answers it."""
+    status = {
+        "reason": "Forbidden",
+        "message": 'roles "r" is forbidden: unable to create new content in namespace x because '
+        "it is being terminated",
+        "details": {
+            "name": "r",
+            "kind": "roles",
+            "causes": [
+                {"reason": "NamespaceTerminating", "message": "namespace x is being terminated",
+                 "field": "metadata.namespace"}
+            ],
+        },
+    }  # fmt: skip
+    assert type(api_error(403, status)) is NamespaceTerminating
+    assert isinstance(api_error(403, status), Forbidden)
+    assert type(api_error(403, {"reason": "Forbidden", "message": "rbac"})) is Forbidden
 
 
 def test_retry_after_from_header_or_details() -> None:

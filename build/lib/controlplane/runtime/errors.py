@@ -56,6 +56,12 @@ class Forbidden(ApiError):
     """403: authenticated but not allowed (RBAC, admission or escalation prevention)."""
 
 
+class NamespaceTerminating(Forbidden):
+    """403 from the namespace lifecycle admission: nothing new may be created in a namespace that
+    is being deleted (the Status carries the cause ``NamespaceTerminating``). Not a permission
+    problem, and nothing to retry: whatever the write was for is being deleted with it."""
+
+
 class NotFound(ApiError):
     """404: the object or the resource type does not exist."""
 
@@ -143,8 +149,11 @@ def api_error(
     message = str(status.get("message") or "") or f"HTTP {status_code}"
     details = status.get("details") or {}
     causes = details.get("causes") or []
-    if any(c.get("reason") == "ResourceVersionTooLarge" for c in causes if isinstance(c, dict)):
+    kinds = {c.get("reason") for c in causes if isinstance(c, dict)}  # StatusCause.Type is "reason"
+    if "ResourceVersionTooLarge" in kinds:
         kind: type[ApiError] = ResourceVersionTooLarge
+    elif status_code == 403 and "NamespaceTerminating" in kinds:
+        kind = NamespaceTerminating
     else:
         kind = _BY_REASON.get(reason) or _BY_CODE.get(status_code) or ApiError
     return kind(

@@ -20,7 +20,7 @@ import anyio
 from cachetools import TTLCache
 
 from controlplane.runtime.client import KubeClient
-from controlplane.runtime.errors import KubeError, NotFound
+from controlplane.runtime.errors import KubeError, NamespaceTerminating, NotFound
 from controlplane.runtime.resources import EVENTS
 from controlplane.runtime.timeutil import micro_time
 
@@ -90,6 +90,8 @@ class EventRecorder:
             async for pending in self._receive:
                 try:
                     await self._write(pending)
+                except NamespaceTerminating:
+                    log.debug("event %s dropped: its namespace is being deleted", pending.reason)
                 except KubeError as err:
                     log.warning("could not record event %s: %s", pending.reason, err)
 

@@ -55,7 +55,7 @@ from controlplane.controllers.modelrouter.status import (
 from controlplane.runtime.cache import NAMESPACE_INDEX
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.controller import Request, Result
-from controlplane.runtime.errors import Conflict, Forbidden, NotFound
+from controlplane.runtime.errors import Conflict, Forbidden, NamespaceTerminating, NotFound
 from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
 from controlplane.runtime.manager import Manager
@@ -205,6 +205,8 @@ class ModelRouterReconciler:
                 await self._apply(
                     resource, informer.store.get(f"{ns}/{activation_name(name)}"), wanted
                 )
+            except NamespaceTerminating:
+                raise  # the router's namespace is going: no RBAC problem to report
             except Forbidden as err:
                 raise _RbacRefused(
                     activation_rbac_message(resource.kind, activation_name(name), err)

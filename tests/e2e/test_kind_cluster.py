@@ -1,0 +1,190 @@
+"""The kind tier: the operator and the router-proxies run in a real cluster, from the image built
+here, under their own ServiceAccounts, with a real kubelet, deployment controller and Services.
+
+What only a cluster shows: the image starts as the non-root user the manifests demand; the
+activation Role the in-cluster operator writes passes the API server's escalation check for its
+real identity; taking the leases rule out of the *installed* ClusterRole turns a new router
+``Available=False`` (``ActivationRBAC``, naming the rule) while a working router keeps its three
+proxy replicas, and putting it back heals the new router without restarting the operator; the
+proxy's ServiceAccount is refused what it was never given; no component logs ``forbidden`` on the
+happy path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from typing import Any
+
+import anyio
+import pytest
+
+from controlplane.api.v1alpha1 import InferenceService, ModelRouter
+from controlplane.controllers.rbac import OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT
+from controlplane.runtime.client import KubeClient
+from controlplane.runtime.errors import Forbidden, NotFound
+from controlplane.runtime.resources import (
+    CLUSTER_ROLES,
+    DEPLOYMENTS,
+    LEASES,
+    PODS,
+    ROLES,
+    SECRETS,
+)
+from tests.e2e.clusters import TestCluster
+from tests.e2e.kubectl import install, kubectl
+from tests.e2e.test_modelrouter import condition, wait_router
+from tests.e2e.waiting import eventually
+
+pytestmark = pytest.mark.kind
+
+ROUTERS = ModelRouter.resource()
+ISVCS = InferenceService.resource()
+OPERATOR_LABEL = "app.kubernetes.io/name=modelpool-operator"
+#: A pod start in kind (image present, no pull) takes seconds; rollouts get minutes.
+ROLLOUT_TIMEOUT = 180.0
+
+
+@pytest.fixture(scope="module")
+async def operator_pod(cluster: TestCluster) -> str:
+    """The operator Deployment installed with the image built here and rolled out; its pod."""
+    assert cluster.image is not None, "the kind tier loads the project image into the cluster"
+    await install(cluster)
+    await kubectl(
+        cluster,
+        "-n",
+        OPERATOR_NAMESPACE,
+        "rollout",
+        "status",
+        "deployment/modelpool-operator",
+        f"--timeout={int(ROLLOUT_TIMEOUT)}s",
+    )
+    _, name, _ = await kubectl(
+        cluster,
+        "-n",
+        OPERATOR_NAMESPACE,
+        "get",
+        "pods",
+        "-l",
+        OPERATOR_LABEL,
+        "--field-selector=status.phase=Running",
+        "-o",
+        "jsonpath={.items[0].metadata.name}",
+    )
+    return name
+
+
+def router(name: str, image: str, replicas: int) -> dict[str, Any]:
+    """A router in front of one (absent) InferenceService: its proxies run all the same."""
+    return {
+        "apiVersion": "inference.modelpool.dev/v1alpha1",
+        "kind": "ModelRouter",
+        "metadata": {"name": name},
+        "spec": {
+            "backends": [{"name": "solo", "inferenceServiceRef": {"name": "solo"}}],
+            "proxy": {"replicas": replicas, "image": image},
+        },
+    }
+
+
+async def available_proxies(admin: KubeClient, namespace: str, name: str) -> int:
+    deployment = await admin.get(DEPLOYMENTS, f"{name}-proxy", namespace)
+    return int((deployment.get("status") or {}).get("availableReplicas") or 0)
+
+
+async def wait_available(admin: KubeClient, namespace: str, name: str, replicas: int) -> None:
+    async def up() -> bool:
+        try:
+            return await available_proxies(admin, namespace, name) == replicas
+        except NotFound:
+            return False
+
+    await eventually(up, timeout=ROLLOUT_TIMEOUT, what=f"{replicas} proxies of {name} available")
+
+
+async def logs(cluster: TestCluster, namespace: str, selector: str) -> str:
+    _, out, _ = await kubectl(
+        cluster, "-n", namespace, "logs", "-l", selector, "--all-containers", "--tail=-1"
+    )
+    return out
+
+
+async def refused(client: KubeClient, call: Any) -> bool:
+    """Whether the API server answers ``call`` with 403 for this client's identity."""
+    try:
+        await call(client)
+    except Forbidden:
+        return True
+    return False
+
+
+async def test_the_operator_runs_in_the_cluster_from_the_image_as_its_non_root_user(
+    admin: KubeClient, cluster: TestCluster, operator_pod: str
+) -> None:
+    pod = await admin.get(PODS, operator_pod, OPERATOR_NAMESPACE)
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == cluster.image
+    assert pod["spec"]["serviceAccountName"] == OPERATOR_SERVICE_ACCOUNT
+    (status,) = pod["status"]["containerStatuses"]
+    assert status["ready"] is True
+    _, uid, _ = await kubectl(
+        cluster, "-n", OPERATOR_NAMESPACE, "exec", operator_pod, "--", "id", "-u"
+    )
+    assert uid.strip() == "65532"
+    # The category answers (kubectl exits non-zero on an unknown resource type).
+    await kubectl(cluster, "get", "modelpool-all", "-A")
+    assert "acquired lease" in await logs(cluster, OPERATOR_NAMESPACE, OPERATOR_LABEL)
+
+
+async def test_the_happy_path_logs_no_refusal(
+    admin: KubeClient, cluster: TestCluster, namespace: str, operator_pod: str
+) -> None:
+    assert cluster.image is not None
+    with contextlib.suppress(NotFound):
+        await admin.delete(ROUTERS, "happy", namespace)
+    await admin.create(ROUTERS, router("happy", cluster.image, 2), namespace)
+    await wait_available(admin, namespace, "happy", 2)
+    proxies = await logs(cluster, namespace, "inference.modelpool.dev/modelrouter=happy")
+    assert proxies.strip(), "the proxies wrote nothing to their logs"
+    operator = await logs(cluster, OPERATOR_NAMESPACE, OPERATOR_LABEL)
+    for component, text in (("router-proxy", proxies), ("operator", operator)):
+        assert "forbidden" not in text.lower(), f"{component} logged forbidden:\n{text[-2000:]}"
+
+
+async def test_activation_rbac_follows_the_installed_cluster_role_without_a_restart(
+    admin: KubeClient, cluster: TestCluster, namespace: str, operator_pod: str
+) -> None:
+    assert cluster.image is not None
+    await admin.create(ROUTERS, router("working", cluster.image, 3), namespace)
+    await wait_available(admin, namespace, "working", 3)
+    account = f"system:serviceaccount:{namespace}:working-proxy"
+    async with KubeClient(admin.config.impersonating(account)) as proxy:
+        # The proxy's identity may read its pools' Leases, and nothing it was not given.
+        await proxy.list(LEASES, namespace)
+        assert await refused(proxy, lambda c: c.list(SECRETS, namespace))
+        assert await refused(proxy, lambda c: c.list(ISVCS, "default"))
+        role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "grab"}, "rules": []}  # fmt: skip
+        assert await refused(proxy, lambda c: c.create(ROLES, role, namespace))
+
+    installed = await admin.get(CLUSTER_ROLES, "modelpool-operator")
+    reduced = copy.deepcopy(installed)
+    reduced["rules"] = [r for r in reduced["rules"] if r.get("resources") != ["leases"]]
+    assert len(reduced["rules"]) == len(installed["rules"]) - 1
+    await admin.update(CLUSTER_ROLES, reduced)
+    try:
+        await admin.create(ROUTERS, router("denied", cluster.image, 1), namespace)
+        denied = await wait_router(admin, namespace, "denied", "Failed", Available="ActivationRBAC")
+        message = (condition(denied, "Available") or {}).get("message", "")
+        assert "leases" in message, message
+        # The router that was working keeps its three proxies while the other is refused.
+        assert await available_proxies(admin, namespace, "working") == 3
+    finally:
+        with anyio.CancelScope(shield=True):
+            restored = await admin.get(CLUSTER_ROLES, "modelpool-operator")
+            restored["rules"] = installed["rules"]
+            await admin.update(CLUSTER_ROLES, restored)
+    # Restored: the refused router heals by the operator's own retries, no restart.
+    await wait_available(admin, namespace, "denied", 1)
+    pod = await admin.get(PODS, operator_pod, OPERATOR_NAMESPACE)
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
