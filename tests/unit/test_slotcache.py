@@ -59,7 +59,7 @@ def enc(data: Any) -> bytes:
                 {"id": 1, "id_task": 3, "is_processing": False},
             ],
             [1],
-        ),  # fmt: skip
+        ),
         ([{**USED, "id": 3}, USED], [0, 3]),
     ],
 )
@@ -78,7 +78,8 @@ def test_used_slots_are_the_idle_ones_that_served(slots: list[Any], expected: li
 )
 def test_a_slots_answer_that_proves_nothing_is_named(status: int, body: bytes, words: str) -> None:
     found = used_slots(status, body)
-    assert isinstance(found, str) and words in found, found
+    assert isinstance(found, str), found
+    assert words in found
 
 
 def test_a_save_answer_counts_tokens_and_bytes() -> None:
@@ -99,7 +100,7 @@ def test_a_restore_error_carries_the_servers_words() -> None:
     assert read_restore(0, 500, b"").error == "slot 0: answered 500"
 
 
-# -- the simulator's slot actions -------------------------------------------------------------------
+# -- the simulator's slot actions ---------------------------------------------------------------
 
 
 def model(save_path: Path | None, **settings: Any) -> SimulatedModel:
@@ -134,10 +135,12 @@ async def test_a_saved_slot_restored_into_a_new_server_serves_its_prompt_from_th
         again = await chat_timings(first)  # the same slot: its cache is reused
         assert (again["cache_n"], again["prompt_n"]) == (39, 1)
         slots = (await first.get("/slots")).json()
-        assert slots[0]["n_prompt_tokens"] == 40 and "n_prompt_tokens" not in slots[1]
+        assert slots[0]["n_prompt_tokens"] == 40
+        assert "n_prompt_tokens" not in slots[1]
         saved = await first.post("/slots/0?action=save", json={"filename": "slot-0.bin"})
         assert saved.status_code == 200, saved.text
-        assert saved.json()["n_saved"] == 48 and saved.json()["filename"] == "slot-0.bin"
+        assert saved.json()["n_saved"] == 48
+        assert saved.json()["filename"] == "slot-0.bin"
         assert saved.json()["n_written"] == (tmp_path / "slot-0.bin").stat().st_size
 
     async with serving(model(tmp_path)) as control:  # a restart without restore
@@ -188,7 +191,7 @@ async def test_a_save_that_cannot_write_is_a_server_error(tmp_path: Path) -> Non
     assert "Unable to save slot" in response.json()["error"]["message"]
 
 
-# -- the bounded client, against the simulator ------------------------------------------------------
+# -- the bounded client, against the simulator ---------------------------------------------------
 
 
 def client_for(sim: SimulatedModel) -> tuple[SlotCacheClient, httpx.AsyncClient]:
@@ -224,9 +227,11 @@ async def test_nothing_to_save_and_failures_are_reports_never_exceptions(tmp_pat
     saver, http = client_for(model(blocked))
     await chat_timings(http)
     failed = await saver.save("http://sim", timeout=5)
-    assert failed.outcome is CacheOutcome.FAILED and "500 Unable to save slot" in failed.detail
+    assert failed.outcome is CacheOutcome.FAILED
+    assert "500 Unable to save slot" in failed.detail
     refused = await SlotCacheClient().save("http://127.0.0.1:9", timeout=5)
-    assert refused.outcome is CacheOutcome.FAILED and "ConnectError" in refused.detail
+    assert refused.outcome is CacheOutcome.FAILED
+    assert "ConnectError" in refused.detail
 
 
 async def test_a_restore_that_hangs_is_cut_off_at_its_bound(tmp_path: Path) -> None:
