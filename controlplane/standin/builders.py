@@ -188,7 +188,7 @@ def host_folder(pod_spec: Mapping[str, Any], container: Mapping[str, Any], path:
             best = (mounted, volumes.get(mount.get("name")))
     if best is None or not best[1]:
         return scratch / path.lstrip("/")
-    mounted, source = best
+    mounted, source = best[0], str(best[1])
     rest = path[len(mounted) :].lstrip("/")
     folder = host_root / source.lstrip("/")
     return folder / rest if rest else folder
