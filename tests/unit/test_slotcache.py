@@ -239,7 +239,7 @@ async def test_a_restore_that_hangs_is_cut_off_at_its_bound(tmp_path: Path) -> N
         await chat_timings(http)
         await http.post("/slots/0?action=save", json={"filename": "slot-0.bin"})
     hanging = SimulatedModel(
-        SimSettings(slot_save_path=tmp_path, slots=2, slot_restore_delay_seconds=600)
+        SimSettings(slot_save_path=tmp_path, slots=2, slot_restore_delay_seconds=5)
     )
     hanging.mark_loaded()
     restorer, _ = client_for(hanging)
