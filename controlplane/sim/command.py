@@ -79,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument(
         "--slot-save-path",
-        type=Path,
+        type=_folder,
         default=None,
         help="folder for POST /slots/{id}?action=save|restore, as llama-server's",
     )
@@ -89,6 +89,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="every slot restore first hangs this long (a restore that does not answer)",
     )
+
+
+def _folder(text: str) -> Path:
+    """An existing folder, as llama-server insists for ``--slot-save-path``."""
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"not a directory: {text}")
+    return path
 
 
 def settings_from(args: argparse.Namespace) -> SimSettings:

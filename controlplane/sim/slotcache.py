@@ -9,13 +9,19 @@ DIR`` a slot's cache can be written to ``DIR/FILE`` and read back after a restar
 * ``POST /slots/{id}?action=save`` ``{"filename": F}``: 200 ``{"id_slot", "filename", "n_saved",
   "n_written", "timings": {"save_ms"}}``;
 * ``?action=restore``: 200 ``{"id_slot", "filename", "n_restored", "n_read", "timings":
-  {"restore_ms"}}``; a file that is missing or not a slot file is 400 ``Unable to restore slot,
-  ...`` (as llama-server words it);
+  {"restore_ms"}}``; a file that is missing or not a slot file is 400 ``Unable to restore slot:
+  No available space in KV cache or invalid slot save file``;
 * ``?action=erase``: 200 ``{"id_slot", "n_erased"}``;
-* a filename with a path in it (``../x``) is 400 ``Invalid filename``; an unknown action 400
-  ``Invalid action``; a slot id out of range 400 ``Invalid slot ID``; a slot that is processing
-  400; a server without ``--slot-save-path`` 501 ``not_supported_error``; a file that cannot be
-  written 500.
+* a filename with a path in it (``../x``) is 400 ``Invalid filename``, a body without
+  ``filename`` 500 (llama-server's JSON library speaking); an unknown or missing action 400
+  ``Invalid action``; a slot id that is not a number 400 ``Invalid slot ID``, while one past the
+  last slot is served as an empty slot (save writes ``n_saved: 0``, erase ``n_erased: 0``), as
+  llama-server 0.3.36's did; a slot that is processing 400; a server without ``--slot-save-path``
+  501 ``not_supported_error``; a file that cannot be written 500 ``Unable to save slot``.
+
+These are the answers observed from llama-server (llama-cpp-python 0.3.36's tree), which also
+refuses to start when ``--slot-save-path`` is not an existing folder (``not a directory``): so
+does ``controlplane sim``.
 
 The files are the simulator's own format (JSON: the model's name and the cached tokens), not
 llama.cpp's; nothing but the simulator reads them. The simulated tokens are words
@@ -48,8 +54,11 @@ ERASE: Final = "erase"
 FILE_FORMAT: Final = "modelpool-sim-slot/1"
 #: llama-server's words for a restore it cannot do.
 RESTORE_FAILED_MESSAGE: Final = (
-    "Unable to restore slot, no available space in KV cache or invalid slot save file"
+    "Unable to restore slot: No available space in KV cache or invalid slot save file"
 )
+SAVE_FAILED_MESSAGE: Final = "Unable to save slot"
+#: What llama-server's JSON library says when the body has no ``filename``.
+NO_FILENAME_MESSAGE: Final = "[json.exception.out_of_range.403] key 'filename' not found"
 SAVE_DISABLED_MESSAGE: Final = (
     "This server does not support slots action. Start it with `--slot-save-path`"
 )
@@ -65,6 +74,13 @@ class SlotActionsDisabled(SimError):
 
 class SlotFileNotWritten(SimError):
     """The save file could not be written (a full disk, a folder that is not one)."""
+
+    status: ClassVar[int] = 500
+    error_type: ClassVar[str] = "server_error"
+
+
+class MissingFilename(SimError):
+    """A save or restore whose body has no ``filename`` (llama-server answers 500)."""
 
     status: ClassVar[int] = 500
     error_type: ClassVar[str] = "server_error"
@@ -111,6 +127,9 @@ class SlotCaches:
     def __len__(self) -> int:
         return len(self._slots)
 
+    def has(self, slot: int) -> bool:
+        return 0 <= slot < len(self._slots)
+
     def cached_prefix(self, slot: int, prompt: Sequence[str]) -> int:
         """How many leading tokens of ``prompt`` slot ``slot`` already holds (never all of it:
         the last prompt token is always evaluated)."""
@@ -138,12 +157,16 @@ class SlotCaches:
         }
 
     def tokens(self, slot: int) -> list[str]:
-        return list(self._slots[slot].tokens)
+        """What ``slot`` holds (nothing, for a slot past the last)."""
+        return list(self._slots[slot].tokens) if self.has(slot) else []
 
     def load(self, slot: int, tokens: list[str]) -> None:
-        self._slots[slot] = _SlotCache(list(tokens), used=self._slots[slot].used)
+        if self.has(slot):
+            self._slots[slot] = _SlotCache(list(tokens), used=self._slots[slot].used)
 
     def erase(self, slot: int) -> int:
+        if not self.has(slot):
+            return 0
         erased = len(self._slots[slot].tokens)
         self._slots[slot] = _SlotCache(used=self._slots[slot].used)
         return erased
@@ -183,7 +206,7 @@ class SlotActions:
             raise ModelLoading("Loading model")
         if self.save_path is None:
             raise SlotActionsDisabled(SAVE_DISABLED_MESSAGE)
-        slot = _slot_id(request.path_params.get("id_slot"), len(self.caches))
+        slot = _slot_id(request.path_params.get("id_slot"))
         action = request.query_params.get("action", "")
         if action not in (SAVE, RESTORE, ERASE):
             raise InvalidRequest("Invalid action")
@@ -201,8 +224,8 @@ class SlotActions:
             )
             try:
                 path.write_bytes(data)
-            except OSError as err:
-                raise SlotFileNotWritten(f"Unable to save slot: {err.strerror}") from None
+            except OSError:
+                raise SlotFileNotWritten(SAVE_FAILED_MESSAGE) from None
             return render({"id_slot": slot, "filename": filename, "n_saved": len(tokens),
                            "n_written": len(data),
                            "timings": {"save_ms": _ms(started)}})  # fmt: skip
@@ -225,12 +248,12 @@ def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000.0, 3)
 
 
-def _slot_id(text: Any, slots: int) -> int:
+def _slot_id(text: Any) -> int:
     try:
         slot = int(str(text))
     except ValueError:
         raise InvalidRequest("Invalid slot ID") from None
-    if not 0 <= slot < slots:
+    if slot < 0:
         raise InvalidRequest("Invalid slot ID")
     return slot
 
@@ -240,7 +263,9 @@ def _filename(body: bytes) -> str:
         data = msgspec.json.decode(body) if body else {}
     except msgspec.DecodeError:
         raise InvalidRequest("request body is not valid JSON") from None
-    name = data.get("filename") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or "filename" not in data:
+        raise MissingFilename(NO_FILENAME_MESSAGE)
+    name = data["filename"]
     if not valid_filename(name):
         raise InvalidRequest("Invalid filename")
     assert isinstance(name, str)
