@@ -50,6 +50,8 @@ LOAD_SECONDS_ARG: Final = "--sim-load-seconds"
 #: this long (a restore that does not answer, for tests of its bound).
 RESTORE_DELAY_ARG: Final = "--sim-slot-restore-seconds"
 SLOT_SAVE_PATH_ARG: Final = "--slot-save-path"
+#: Arguments only the stand-in understands: a real llama-server must not be given them.
+STANDIN_ONLY_ARGS: Final = (LOAD_SECONDS_ARG, RESTORE_DELAY_ARG)
 #: The conditions a kubelet owns on a pod; any other (a readiness gate's) is someone else's and
 #: is kept as it is.
 KUBELET_CONDITIONS: Final = (
@@ -192,6 +194,26 @@ def host_folder(pod_spec: Mapping[str, Any], container: Mapping[str, Any], path:
     rest = path[len(mounted) :].lstrip("/")
     folder = host_root / source.lstrip("/")
     return folder / rest if rest else folder
+
+
+def with_slot_save_path(args: Sequence[str], folder: Path) -> list[str]:
+    """``args`` with every ``--slot-save-path`` pointing at ``folder`` (this machine's folder for
+    the container's path, :func:`host_folder`): what a real llama-server playing the pod must be
+    given, as the simulator is."""
+    out: list[str] = []
+    replace_next = False
+    for arg in args:
+        if replace_next:
+            out.append(str(folder))
+            replace_next = False
+        elif arg == SLOT_SAVE_PATH_ARG:
+            out.append(arg)
+            replace_next = True
+        elif arg.startswith(f"{SLOT_SAVE_PATH_ARG}="):
+            out.append(f"{SLOT_SAVE_PATH_ARG}={folder}")
+        else:
+            out.append(arg)
+    return out
 
 
 def readiness_gates(pod: Mapping[str, Any]) -> tuple[bool, str]:

@@ -15,6 +15,7 @@ from controlplane.standin.builders import (
     deployment_status_summary,
     endpoint_slice,
     host_folder,
+    with_slot_save_path,
     is_pod_ready,
     loopback_name,
     new_pod,
@@ -254,3 +255,11 @@ def test_a_service_selects_by_its_selector_and_an_empty_one_selects_nothing() ->
     assert selects(service(), labels)
     assert not selects(service({"app": "n"}), labels)
     assert not selects(service({}), labels)
+
+
+def test_a_real_server_is_pointed_at_the_nodes_folder(tmp_path: Any) -> None:
+    args = ["--model", "/m", "--slot-save-path", "/kv", "--alias", "a", "--slot-save-path=/kv"]
+    assert with_slot_save_path(args, tmp_path) == [
+        "--model", "/m", "--slot-save-path", str(tmp_path), "--alias", "a",
+        f"--slot-save-path={tmp_path}",
+    ]  # fmt: skip
