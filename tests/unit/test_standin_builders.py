@@ -15,7 +15,6 @@ from controlplane.standin.builders import (
     deployment_status_summary,
     endpoint_slice,
     host_folder,
-    with_slot_save_path,
     is_pod_ready,
     loopback_name,
     new_pod,
@@ -24,6 +23,7 @@ from controlplane.standin.builders import (
     selects,
     server_args,
     template_hash,
+    with_slot_save_path,
 )
 
 IP = "127.0.0.1"
