@@ -149,8 +149,20 @@ async def test_an_enabled_member_comes_back_with_its_kv_cache_and_is_ready_only_
     cold = await ask(admin, namespace, "a")
     assert (cold["prompt_n"], cold["cache_n"]) == (PROMPT_TOKENS, 0)
 
-    await swap_to(admin, namespace, "b")  # a saves its slot before it is scaled down
+    async with recorded(admin, namespace) as down:
+        await swap_to(admin, namespace, "b")  # a saves its slot before it is scaled down
     saved = (await kv_status(admin, namespace, "a"))["lastSave"]
+    save_recorded = [
+        o for k, _, o in down if k == "isvc" and o["metadata"]["name"] == "a"
+        and ((o.get("status") or {}).get("kvCache") or {}).get("lastSave")
+    ]  # fmt: skip
+    a_terminating = [
+        o for k, _, o in down if k == "pod" and o["metadata"]["uid"] == pod_a["metadata"]["uid"]
+        and o["metadata"].get("deletionTimestamp")
+    ]  # fmt: skip
+    assert save_recorded, "the save was never recorded"
+    assert a_terminating, "a's pod was never seen Terminating"
+    assert rv(save_recorded[0]) < rv(a_terminating[0]), "a was scaled down before its save"
     assert (saved["outcome"], saved["slots"], saved["pod"]) == (
         "Succeeded", [0], pod_a["metadata"]["name"]
     )  # fmt: skip

@@ -56,7 +56,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from controlplane.api.v1alpha1 import InferenceService, ModelPool
+from controlplane.api.v1alpha1 import InferenceService, KvCacheOperation, ModelPool
 from controlplane.api.v1alpha1.inferenceservice import PHASE_FAILED, PHASE_PENDING
 from controlplane.clock import TimeSource
 from controlplane.controllers.children import FIELD_MANAGER, foreign_child, needs_apply
@@ -383,8 +383,8 @@ class InferenceServiceReconciler:
         self,
         isvc: InferenceService,
         *,
-        save: Any = None,
-        restore: Any = None,
+        save: KvCacheOperation | None = None,
+        restore: KvCacheOperation | None = None,
     ) -> InferenceService:
         """Write ``status.kvCache`` with the new record, re-reading the live object on a conflict
         (the record must not be lost). Returns the InferenceService as written (unchanged when
