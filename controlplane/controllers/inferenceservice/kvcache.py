@@ -14,7 +14,8 @@ cache.py``). The feature (docs/kv-cache.md):
   ``status.kvCache.lastSave`` lists are restored, bounded by ``timeoutSeconds``; then the condition
   is set True whatever happened, with reason ``Restored``, ``RestoreFailed`` or
   ``NothingToRestore``. The pod becomes Ready only then, and never later than the bound (a pod
-  whose server never shows up behind its Service is given up on after the same bound).
+  whose server never shows up behind its Service is given up on after the same bound, counted by
+  the reconciler on its own clock).
 """
 
 from __future__ import annotations
@@ -106,14 +107,6 @@ def restore_step(pod: Mapping[str, Any], isvc: InferenceService) -> RestoreStep:
     if (conditions.get("ContainersReady") or {}).get("status") != TRUE:
         return RestoreStep.WAIT
     return RestoreStep.RESTORE
-
-
-def containers_ready_since(pod: Mapping[str, Any]) -> datetime | None:
-    """When ContainersReady last turned True (None if it is not True)."""
-    found = _conditions(pod).get("ContainersReady") or {}
-    if found.get("status") != TRUE or not found.get("lastTransitionTime"):
-        return None
-    return datetime.fromisoformat(str(found["lastTransitionTime"]).replace("Z", "+00:00"))
 
 
 def rfc3339(moment: datetime) -> str:

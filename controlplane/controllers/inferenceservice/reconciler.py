@@ -157,6 +157,9 @@ class InferenceServiceReconciler:
         self.wall_clock = wall_clock
         #: Per key, the uid and when we first saw it, for :data:`UNLISTED_SETTLE_SECONDS`.
         self._first_seen: dict[str, tuple[str | None, float]] = {}
+        #: Per pod uid: when a pod to restore into was first seen loaded but not yet behind its
+        #: Service (on :attr:`clock`); past ``timeoutSeconds`` the restore is given up.
+        self._unlisted_since: dict[str, float] = {}
 
     async def reconcile(self, request: Request) -> Result:
         key = str(request)
@@ -333,10 +336,12 @@ class InferenceServiceReconciler:
             assert isvc.spec.kv_cache is not None  # RESTORE is only for an enabled cache
             timeout = isvc.spec.kv_cache.timeout()
             url = self._pod_url(isvc, pod)
+            uid = str(pod["metadata"].get("uid"))
             if url is None:
-                since = kvcache.containers_ready_since(pod)
-                waited = (self.wall_clock() - since).total_seconds() if since else 0.0
-                if waited < timeout:
+                # Judged on this controller's clock from when it first saw the server loaded but
+                # unlisted, never from the kubelet's timestamps (another machine's clock).
+                since = self._unlisted_since.setdefault(uid, self.clock())
+                if self.clock() - since < timeout:
                     requeue = KV_ENDPOINT_RECHECK_SECONDS
                     continue
                 report = CacheReport(
@@ -346,6 +351,7 @@ class InferenceServiceReconciler:
             else:
                 slots = kvcache.slots_to_restore(isvc.status.kv_cache)
                 report = await self.slot_cache.restore(url, slots, timeout=timeout, member=key)
+            self._unlisted_since.pop(uid, None)
             self._record(isvc, RESTORE, report, pod_name)
             record = kvcache.operation_record(report, pod_name, self.wall_clock())
             isvc = await self._write_kv_status(isvc, restore=record)
@@ -376,7 +382,11 @@ class InferenceServiceReconciler:
             reason = kvcache.EVENT_RESTORE_FAILED if failed else kvcache.EVENT_RESTORED
         note = f"pod {pod}: {report.outcome.value}: {report.detail}"
         self.recorder.event(
-            isvc.to_dict(), "Warning" if failed else "Normal", reason, f"KvCache{operation}", note
+            isvc.to_dict(),
+            "Warning" if failed else "Normal",
+            reason,
+            "SaveKvCache" if operation == SAVE else "RestoreKvCache",
+            note,
         )
 
     async def _write_kv_status(
