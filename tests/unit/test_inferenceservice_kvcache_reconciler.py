@@ -226,3 +226,29 @@ async def test_nothing_saved_opens_the_gate_before_the_server_is_up() -> None:
     ((_, patch),) = world.api.patches
     assert patch["status"]["conditions"][0]["reason"] == "NothingToRestore"
     assert world.slots.restored == []
+
+
+async def test_a_stale_cache_neither_saves_nor_restores_twice() -> None:
+    world = World(SAVED)
+    world.isvc(enabled(replicas=0))
+    world.deployments.store.upsert(deployment("a", 1))
+    world.pod("a-1", ready=True, containers_ready=True)
+    world.listed("a-1")
+    await world.reconcile()
+    await world.reconcile()  # the Deployment's cached copy still says 1: our lowering is on its way
+    assert [c[0] for c in world.api.calls].count("kv-save") == 1
+    world.deployments.store.upsert(deployment("a", 0))
+    await world.reconcile()
+    world.deployments.store.upsert(deployment("a", 1))  # raised again, then lowered: a new save
+    await world.reconcile()
+    assert [c[0] for c in world.api.calls].count("kv-save") == 2
+
+    world = World(CacheReport(CacheOutcome.SUCCEEDED, "restored", (0,), 48))
+    world.isvc(enabled(1, kvCache={"lastSave": {"outcome": "Succeeded", "slots": [0]}}))
+    world.deployments.store.upsert(deployment("a", 1))
+    world.pod("a-2", ready=False, containers_ready=True)
+    world.listed("a-2")
+    await world.reconcile()
+    await world.reconcile()  # the pod's cached copy does not show the gate True yet
+    assert len(world.slots.restored) == 1
+    assert len(world.api.patches) == 1

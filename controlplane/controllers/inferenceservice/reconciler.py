@@ -160,6 +160,12 @@ class InferenceServiceReconciler:
         #: Per pod uid: when a pod to restore into was first seen loaded but not yet behind its
         #: Service (on :attr:`clock`); past ``timeoutSeconds`` the restore is given up.
         self._unlisted_since: dict[str, float] = {}
+        #: Keys whose Deployment we lowered and whose cached Deployment still shows it up: a
+        #: reconcile on that stale cache must not save the draining pod's slots a second time.
+        self._lowered: set[str] = set()
+        #: Pods (uids) whose restore gate we opened and whose cached copy does not show it yet: a
+        #: reconcile on that stale cache must not restore them a second time.
+        self._gates_opened: set[str] = set()
 
     async def reconcile(self, request: Request) -> Result:
         key = str(request)
@@ -186,12 +192,19 @@ class InferenceServiceReconciler:
         requeue: float | None = None
         if conflict is None:
             wanted = desired_deployment(isvc, replicas.count)
+            if _deployment_replicas(deployment) == 0:
+                self._lowered.discard(key)  # the cache has caught up with our last lowering
             if needs_apply(deployment, wanted):
-                if replicas.count < _deployment_replicas(deployment):
+                lowering = replicas.count < _deployment_replicas(deployment)
+                if lowering and key not in self._lowered:
                     isvc = await self._save_kv_cache(key, isvc)
                 deployment = await self.client.apply(
                     DEPLOYMENTS, wanted, field_manager=FIELD_MANAGER, force=True
                 )
+                if lowering:
+                    self._lowered.add(key)
+                elif replicas.count > 0:
+                    self._lowered.discard(key)
                 log.info("%s: applied Deployment (replicas %d)", key, replicas.count)
             wanted = desired_service(isvc)
             if needs_apply(service, wanted):
@@ -326,7 +339,11 @@ class InferenceServiceReconciler:
         requeue: float | None = None
         for pod in self._pods(isvc):
             step = kvcache.restore_step(pod, isvc)
-            if step in (RestoreStep.DONE, RestoreStep.WAIT):
+            uid = str(pod["metadata"].get("uid"))
+            if step is RestoreStep.DONE:
+                self._gates_opened.discard(uid)
+                continue
+            if step is RestoreStep.WAIT or uid in self._gates_opened:
                 continue
             pod_name = str(pod["metadata"]["name"])
             if step is RestoreStep.NOTHING:
@@ -336,7 +353,6 @@ class InferenceServiceReconciler:
             assert isvc.spec.kv_cache is not None  # RESTORE is only for an enabled cache
             timeout = isvc.spec.kv_cache.timeout()
             url = self._pod_url(isvc, pod)
-            uid = str(pod["metadata"].get("uid"))
             if url is None:
                 # Judged on this controller's clock from when it first saw the server loaded but
                 # unlisted, never from the kubelet's timestamps (another machine's clock).
@@ -440,6 +456,7 @@ class InferenceServiceReconciler:
             )
         except NotFound:
             return
+        self._gates_opened.add(str(meta.get("uid")))
         log.info("%s/%s: pod %s may be Ready (%s)", isvc.namespace, isvc.name, meta["name"],
                  verdict.reason)  # fmt: skip
 
