@@ -83,6 +83,8 @@ def simulator_argv(
     token_seconds: float,
     slots: int = 1,
     ctx_size: int | None = None,
+    slot_save_path: Path | None = None,
+    slot_restore_delay: float | None = None,
 ) -> list[str]:
     argv = [
         sys.executable, "-m", "controlplane.cli", "sim", "--host", host, "--port", "0",
@@ -91,6 +93,10 @@ def simulator_argv(
     ]  # fmt: skip
     if ctx_size is not None:
         argv += ["--ctx-size", str(ctx_size)]
+    if slot_save_path is not None:
+        argv += ["--slot-save-path", str(slot_save_path)]
+    if slot_restore_delay is not None:
+        argv += ["--slot-restore-delay", str(slot_restore_delay)]
     return argv
 
 

@@ -43,3 +43,8 @@ class NodeSettings:
     #: On a graceful exit, delete the pods whose simulators were stopped (the node leaves and
     #: takes its pods along), so namespaces can be deleted afterwards.
     delete_pods_on_exit: bool = True
+
+    @property
+    def host_root(self) -> Path:
+        """The node's disk: a pod's hostPath volume ``/P`` is the folder ``host_root/P``."""
+        return self.log_dir / "hostpath"

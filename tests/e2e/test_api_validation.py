@@ -101,6 +101,20 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("bad quantity", changed(ISVC, spec__resources={"limits": {"memory": "16GB"}}),
      "spec.resources.limits.memory"),
     ("upper-case name", changed(ISVC, metadata__name="Llama"), "metadata.name"),
+    ("kvCache timeout 0", changed(ISVC, spec__kvCache={"enabled": True, "timeoutSeconds": 0}),
+     "spec.kvCache.timeoutSeconds"),
+    ("kvCache timeout 301", changed(ISVC, spec__kvCache={"timeoutSeconds": 301}),
+     "spec.kvCache.timeoutSeconds"),
+    ("kvCache enabled not a boolean", changed(ISVC, spec__kvCache={"enabled": "yes"}),
+     "spec.kvCache.enabled"),
+    ("kvCache relative hostPath", changed(ISVC, spec__kvCache={"hostPath": "var/kv"}),
+     "spec.kvCache.hostPath"),
+    ("kvCache hostPath with ..", changed(ISVC, spec__kvCache={"hostPath": "/var/../etc"}),
+     "spec.kvCache.hostPath"),
+    ("kvCache hostPath with .", changed(ISVC, spec__kvCache={"hostPath": "/var/./kv"}),
+     "spec.kvCache.hostPath"),
+    ("kvCache hostPath with //", changed(ISVC, spec__kvCache={"hostPath": "/var//kv"}),
+     "spec.kvCache.hostPath"),
     ("backend with both references",
      changed(ROUTER, spec__backends=[{"name": "x", "poolRef": {"name": "p"},
                                       "inferenceServiceRef": {"name": "i"}}],
@@ -171,6 +185,21 @@ async def test_invalid_object_is_refused_naming_the_field(
 def test_the_table_is_big_enough_and_covers_every_kind() -> None:
     assert len(INVALID) >= 12
     assert {obj["kind"] for _, obj, _ in INVALID} == set(BASES)
+
+
+@pytest.mark.usefixtures("crds")
+async def test_the_kv_cache_defaults_are_filled_in_and_a_dotted_folder_name_is_allowed(
+    admin: KubeClient, namespace: str
+) -> None:
+    created = await admin.create(
+        RESOURCES["InferenceService"], changed(ISVC, spec__kvCache={"enabled": True}), namespace
+    )
+    assert created["spec"]["kvCache"] == {
+        "enabled": True, "hostPath": "/var/lib/modelpool/kv-cache", "timeoutSeconds": 10,
+    }  # fmt: skip
+    dotted = changed(ISVC, metadata__name="other", spec__kvCache={"hostPath": "/srv/.kv/x..y/"})
+    kept = await admin.create(RESOURCES["InferenceService"], dotted, namespace)
+    assert kept["spec"]["kvCache"]["hostPath"] == "/srv/.kv/x..y/"
 
 
 @pytest.mark.usefixtures("crds")

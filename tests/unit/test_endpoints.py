@@ -14,6 +14,7 @@ from controlplane.runtime.endpoints import (
     MEMBER_PORT_NAME,
     SERVICE_NAME_LABEL,
     connect_host,
+    endpoint_urls_by_pod,
     member_urls,
     ready_urls,
 )
@@ -35,6 +36,22 @@ def test_localhost_names_are_loopback_without_dns() -> None:
     assert connect_host("svc.example.internal", "FQDN") == "svc.example.internal"
     assert connect_host("10.1.2.3", "IPv4") == "10.1.2.3"
     assert connect_host("fd00::1", "IPv6") == "[fd00::1]"
+
+
+def test_pods_are_found_by_their_target_ref_ready_or_not() -> None:
+    slice_ = {
+        "addressType": "FQDN",
+        "ports": [{"name": "metrics", "port": 9100}, {"name": "http", "port": 41234}],
+        "endpoints": [
+            {"addresses": ["a-1.ns.localhost"], "conditions": {"ready": False},
+             "targetRef": {"kind": "Pod", "name": "a-1"}},
+            {"addresses": ["10.0.0.9"], "conditions": {"ready": True},
+             "targetRef": {"kind": "Node", "name": "n"}},
+            {"addresses": [], "targetRef": {"kind": "Pod", "name": "a-2"}},
+        ],
+    }  # fmt: skip
+    assert endpoint_urls_by_pod([slice_], "http") == {"a-1": "http://127.0.0.1:41234"}
+    assert endpoint_urls_by_pod([slice_], "grpc") == {}
 
 
 def test_only_ready_endpoints_on_the_named_port() -> None:

@@ -137,3 +137,49 @@ def test_apply_when_a_field_is_no_longer_wanted_thanks_to_the_spec_hash() -> Non
 def test_the_spec_hash_is_stable() -> None:
     assert desired_deployment(isvc()) == desired_deployment(isvc())
     assert desired_service(isvc()) == desired_service(isvc())
+
+
+# -- the KV cache carried across a swap (spec.kvCache) ---------------------------------------------
+
+
+def test_an_enabled_kv_cache_mounts_its_folder_points_the_server_at_it_and_gates_readiness() -> (
+    None
+):
+    wanted = desired_deployment(
+        isvc(args=["--slot-save-path", "/elsewhere"], kvCache={"enabled": True, "hostPath": "/kv/"})
+    )
+    pod = wanted["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"][-4:] == [
+        "--slot-save-path", "/elsewhere", "--slot-save-path", "/var/lib/modelpool/kv-cache"
+    ], "ours comes last, so it wins"  # fmt: skip
+    assert container["volumeMounts"] == [
+        {"name": "kv-cache", "mountPath": "/var/lib/modelpool/kv-cache"}
+    ]
+    assert pod["volumes"] == [
+        {"name": "kv-cache", "hostPath": {"path": "/kv/ml/llama", "type": "DirectoryOrCreate"}}
+    ]
+    assert pod["readinessGates"] == [{"conditionType": "inference.modelpool.dev/kv-cache-restored"}]
+
+
+def test_the_kv_cache_folder_defaults_under_var_lib() -> None:
+    pod = desired_deployment(isvc(kvCache={"enabled": True}))["spec"]["template"]["spec"]
+    assert pod["volumes"][0]["hostPath"]["path"] == "/var/lib/modelpool/kv-cache/ml/llama"
+
+
+@pytest.mark.parametrize("kv_cache", [None, {"enabled": False}, {"hostPath": "/kv"}])
+def test_without_an_enabled_kv_cache_the_pod_has_no_volume_gate_or_save_path(
+    kv_cache: dict[str, Any] | None,
+) -> None:
+    spec = {} if kv_cache is None else {"kvCache": kv_cache}
+    pod = desired_deployment(isvc(**spec))["spec"]["template"]["spec"]
+    assert "volumes" not in pod
+    assert "readinessGates" not in pod
+    assert "--slot-save-path" not in pod["containers"][0]["args"]
+    assert "volumeMounts" not in pod["containers"][0]
+
+
+def test_turning_the_kv_cache_on_changes_the_deployment() -> None:
+    assert needs_apply(
+        desired_deployment(isvc()), desired_deployment(isvc(kvCache={"enabled": True}))
+    )

@@ -36,7 +36,7 @@ from controlplane.runtime.client import KubeClient, ObjectList
 from controlplane.runtime.controller import Request
 from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
-from controlplane.runtime.resources import DEPLOYMENTS, PODS, SERVICES, Resource
+from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, PODS, SERVICES, Resource
 
 Object = dict[str, Any]
 NS = "ns"
@@ -208,6 +208,7 @@ class World:
             services=Informer(cast(Any, client), SERVICES),
             pods=Informer(cast(Any, client), PODS),
             pools=self.pools,
+            endpoint_slices=Informer(cast(Any, client), ENDPOINT_SLICES),
             clock=self.clock,
         )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from controlplane.cli import build_parser
@@ -68,3 +70,18 @@ def test_settings_refuse_what_the_parser_would_have_refused() -> None:
         SimSettings(slots=0)
     with pytest.raises(ValueError, match="negative"):
         SimSettings(token_seconds=-1)
+
+
+def test_the_slot_save_path_must_be_a_folder_as_llama_server_insists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path
+    args = build_parser().parse_args(
+        ["sim", f"--slot-save-path={folder}", "--slot-restore-delay=3"]
+    )
+    assert settings_from(args) == SimSettings(slot_save_path=folder, slot_restore_delay_seconds=3.0)
+    (folder / "file").write_text("")
+    for bad in (folder / "file", folder / "missing"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["sim", f"--slot-save-path={bad}"])
+        assert f"not a directory: {bad}" in capsys.readouterr().err

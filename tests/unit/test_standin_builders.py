@@ -15,6 +15,8 @@ from controlplane.standin.builders import (
     deployment_status,
     deployment_status_summary,
     endpoint_slice,
+    host_folder,
+    is_pod_ready,
     llama_server_argv,
     loopback_name,
     model_source,
@@ -24,6 +26,7 @@ from controlplane.standin.builders import (
     selects,
     server_args,
     template_hash,
+    with_slot_save_path,
 )
 from controlplane.standin.process import is_gguf
 
@@ -79,6 +82,10 @@ def deployment(replicas: int | None = 1, generation: int = 4) -> dict[str, Any]:
         (["--sim-load-seconds=0.5"], ServerArgs("fallback", 1, None, 0.5)),
         (["--sim-load-seconds", "-1"], ServerArgs("fallback", 1, None)),
         (["--sim-load-seconds", "soon"], ServerArgs("fallback", 1, None)),
+        (
+            ["--slot-save-path", "/kv", "--sim-slot-restore-seconds", "30"],
+            ServerArgs("fallback", 1, None, None, "/kv", 30.0),
+        ),
     ],
 )
 def test_server_args_come_from_llama_server_flags(args: list[str], expected: ServerArgs) -> None:
@@ -96,6 +103,7 @@ OPERATOR_ARGS = ["--model", "/m/a.gguf", "--alias", "a", "--host", "0.0.0.0", "-
         (["--threads", "3"], ["--threads", "3"]),  # the member's own choice stands
         (["-t=2"], ["-t=2"]),
         (["--sim-load-seconds", "4", "--parallel", "2"], ["--parallel", "2", "--threads", "1"]),
+        (["--sim-slot-restore-seconds=3"], ["--threads", "1"]),  # stand-in flags never reach it
         (["--port=9000", "--host", "::"], ["--threads", "1"]),  # where it listens is the node's
     ],
 )
@@ -161,6 +169,66 @@ def test_pod_status_keeps_server_fields_and_reports_readiness() -> None:
     assert pod_status_summary(ready) != pod_status_summary(status)
     same = pod_status(pod, ip=IP, ready=False, restarts=0, started_at="t0", container_id="sim://1")
     assert pod_status_summary(same) == pod_status_summary(status)
+
+
+GATE = "inference.modelpool.dev/kv-cache-restored"
+
+
+def _gated_pod(gate_status: str | None) -> dict[str, Any]:
+    pod = _running_pod(ready=False)
+    pod["spec"]["readinessGates"] = [{"conditionType": GATE}]
+    if gate_status is not None:
+        stamp = "2026-01-01T00:00:00Z"
+        pod["status"]["conditions"].append(
+            {"type": GATE, "status": gate_status, "reason": "R", "lastTransitionTime": stamp}
+        )
+    return pod
+
+
+def _conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status["conditions"]}
+
+
+def test_a_gated_pod_is_ready_only_once_its_gate_condition_is_true() -> None:
+    missing = pod_status(_gated_pod(None), ip=IP, ready=True, restarts=0, started_at="t0",
+                         container_id="sim://1")  # fmt: skip
+    found = _conditions(missing)
+    assert (found["ContainersReady"]["status"], found["Ready"]["status"]) == ("True", "False")
+    assert found["Ready"]["reason"] == "ReadinessGatesNotReady"
+    assert GATE in found["Ready"]["message"]
+    assert not is_pod_ready({"status": missing})
+    false = pod_status(_gated_pod("False"), ip=IP, ready=True, restarts=0, started_at="t0",
+                       container_id="sim://1")  # fmt: skip
+    assert _conditions(false)["Ready"]["status"] == "False"
+    true = pod_status(_gated_pod("True"), ip=IP, ready=True, restarts=0, started_at="t0",
+                      container_id="sim://1")  # fmt: skip
+    assert _conditions(true)["Ready"]["status"] == "True"
+    unready = pod_status(_gated_pod("True"), ip=IP, ready=False, restarts=0, started_at="t0",
+                         container_id="sim://1")  # fmt: skip
+    assert _conditions(unready)["Ready"]["status"] == "False", "the gate alone is not enough"
+
+
+def test_conditions_written_by_others_are_kept_as_they_are() -> None:
+    pod = _gated_pod("True")
+    pod["status"]["conditions"].append({"type": "example.com/other", "status": "False"})
+    status = pod_status(pod, ip=IP, ready=True, restarts=0, started_at="t0", container_id="c")
+    found = _conditions(status)
+    assert found[GATE] == {"type": GATE, "status": "True", "reason": "R",
+                           "lastTransitionTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+    assert found["example.com/other"] == {"type": "example.com/other", "status": "False"}
+    assert len(status["conditions"]) == 7
+
+
+def test_a_path_under_a_host_path_mount_is_a_folder_of_the_node(tmp_path: Any) -> None:
+    spec = {"volumes": [{"name": "kv", "hostPath": {"path": "/var/kv/ns/a"}},
+                        {"name": "tmp", "emptyDir": {}}]}  # fmt: skip
+    container = {"volumeMounts": [{"name": "kv", "mountPath": "/cache"},
+                                  {"name": "tmp", "mountPath": "/cache/tmp"}]}  # fmt: skip
+    root, scratch = tmp_path / "host", tmp_path / "pod"
+    assert host_folder(spec, container, "/cache", root, scratch) == root / "var/kv/ns/a"
+    assert host_folder(spec, container, "/cache/x/y", root, scratch) == root / "var/kv/ns/a/x/y"
+    assert host_folder(spec, container, "/cachex", root, scratch) == scratch / "cachex"
+    assert host_folder(spec, container, "/cache/tmp/z", root, scratch) == scratch / "cache/tmp/z"
 
 
 def test_deployment_status_counts_live_pods_and_sets_conditions() -> None:
@@ -230,3 +298,11 @@ def test_a_service_selects_by_its_selector_and_an_empty_one_selects_nothing() ->
     assert selects(service(), labels)
     assert not selects(service({"app": "n"}), labels)
     assert not selects(service({}), labels)
+
+
+def test_a_real_server_is_pointed_at_the_nodes_folder(tmp_path: Any) -> None:
+    args = ["--model", "/m", "--slot-save-path", "/kv", "--alias", "a", "--slot-save-path=/kv"]
+    assert with_slot_save_path(args, tmp_path) == [
+        "--model", "/m", "--slot-save-path", str(tmp_path), "--alias", "a",
+        f"--slot-save-path={tmp_path}",
+    ]  # fmt: skip
