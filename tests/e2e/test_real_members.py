@@ -9,7 +9,9 @@ monitor (at most one member's server alive at any instant, read from ``/proc``) 
 What the real servers prove that the simulator cannot: the pool controller's idle gate reads the
 real ``/slots`` (a completion streamed straight to member a, past the proxy, defers the swap
 with ``PodsBusy`` and is not cut short), readiness follows the real ``/health``, and each answer
-names the model it came from.
+names the model it came from. And the KV cache carried across a swap on the real server
+(``spec.kvCache`` on one member, the other the control): the first request after the swap back
+is served from the restored slot, as the real ``timings`` show.
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ def started() -> Iterator[list[LocalProcess]]:
         yield processes
 
 
-def isvc_body(name: str, model: Path, replicas: int) -> Object:
-    return {
+def isvc_body(name: str, model: Path, replicas: int, *, kv_cache: bool = False) -> Object:
+    body: Object = {
         "apiVersion": "inference.modelpool.dev/v1alpha1",
         "kind": "InferenceService",
         "metadata": {"name": name},
@@ -64,16 +66,21 @@ def isvc_body(name: str, model: Path, replicas: int) -> Object:
             "replicas": replicas,
         },
     }
+    if kv_cache:
+        body["spec"]["kvCache"] = {"enabled": True}
+    return body
 
 
-async def setup_pool(admin: KubeClient, namespace: str) -> None:
-    """Members a (resident; seed 1) and b (seed 2), pool ``gpu-0``, router ``router``."""
+async def setup_pool(admin: KubeClient, namespace: str, *, kv_cache: tuple[str, ...] = ()) -> None:
+    """Members a (resident; seed 1) and b (seed 2), pool ``gpu-0``, router ``router``; the
+    members named in ``kv_cache`` have ``spec.kvCache`` enabled."""
     models = {
         name: tiny_model(TinyModelSpec(seed=seed, context_length=CONTEXT))
         for name, seed in (("a", 1), ("b", 2))
     }
-    await admin.create(ISVC, isvc_body("a", models["a"], 1), namespace)
-    await admin.create(ISVC, isvc_body("b", models["b"], 0), namespace)
+    for name, replicas in (("a", 1), ("b", 0)):
+        body = isvc_body(name, models[name], replicas, kv_cache=name in kv_cache)
+        await admin.create(ISVC, body, namespace)
     pool = {
         "apiVersion": "inference.modelpool.dev/v1alpha1",
         "kind": "ModelPool",
@@ -210,3 +217,75 @@ async def test_a_pool_of_two_real_llama_servers_swaps_through_the_proxy_and_each
             admin, namespace, lambda s: s.get("residentMember") == "a", "a resident again"
         )
         assert not deferred_busy(status)
+
+
+#: A prompt of a few hundred tokens (the tiny models share llama.cpp's SPM vocabulary): a cache
+#: hit is unmistakable in ``timings.prompt_n``.
+LONG_PROMPT = " ".join(f"word{i} alpha" for i in range(100))
+#: Where the stand-in keeps the default ``spec.kvCache.hostPath`` (its ``LOG_DIR/hostpath``).
+KV_HOST_FOLDER = Path("simulators/hostpath/var/lib/modelpool/kv-cache")
+
+
+async def test_real_members_carry_the_kv_cache_across_a_swap_and_the_control_does_not(
+    cluster: TestCluster,
+    admin: KubeClient,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+) -> None:
+    binary = find_llama_server()
+    start_node(cluster, tmp_path, started, namespace=namespace, llama_server=binary)
+    await setup_pool(admin, namespace, kv_cache=("a",))  # b is the control
+    (proxy,) = await start_proxies(cluster, admin, namespace, tmp_path, started, 1)
+
+    async with httpx.AsyncClient(timeout=TIMEOUT, trust_env=False) as http:
+
+        async def ask(model: str) -> Object:
+            """The long prompt through the proxy (a swap when ``model`` is not resident)."""
+            body = chat(model, max_tokens=8)
+            body["messages"][0]["content"] = LONG_PROMPT
+            answer = await http.post(f"{proxy.url}/v1/chat/completions", json=body)
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["model"] == model
+            timings: Object = answer.json()["timings"]
+            return timings
+
+        cold_a = await ask("tiny-a")
+        prompt_tokens = cold_a["prompt_n"]
+        assert prompt_tokens > 200, cold_a
+        cold_b = await ask("tiny-b")  # swap a -> b: a's slot saved before a is scaled down
+        assert cold_b["prompt_n"] == prompt_tokens, "the same prompt, the same vocabulary"
+        saved = (await kv_status(admin, namespace, "a"))["lastSave"]
+        assert (saved["outcome"], saved["slots"]) == ("Succeeded", [0]), saved
+        assert saved["tokens"] > prompt_tokens  # the prompt and the reply
+        # The real server wrote it into the node's folder for a (--slot-save-path rewritten).
+        slot_file = tmp_path / KV_HOST_FOLDER / namespace / "a" / "slot-0.bin"
+        assert slot_file.stat().st_size > 0
+
+        back_a = await ask("tiny-a")  # swap b -> a: a restored before it counts Ready
+        back_b = await ask("tiny-b")  # swap a -> b: b served the same prompt before, no cache
+
+    # The figures: after the swap back, a processes one token of the prompt, b all of it.
+    assert (back_a["prompt_n"], back_a["cache_n"]) == (1, prompt_tokens - 1), back_a
+    assert (back_b["prompt_n"], back_b.get("cache_n", 0)) == (prompt_tokens, 0), back_b
+    kv = await kv_status(admin, namespace, "a")
+    restored = kv["lastRestore"]
+    assert (restored["outcome"], restored["slots"], restored["tokens"]) == (
+        "Succeeded", [0], saved["tokens"]
+    )  # fmt: skip
+    assert kv["lastSave"]["outcome"] == "Succeeded"  # saved again on the last swap
+    assert await kv_status(admin, namespace, "b") == {}
+    assert not list((tmp_path / KV_HOST_FOLDER / namespace).glob("b*")), "b saved nothing"
+    print(
+        f"prompt {prompt_tokens} tokens; after the swap back: a (kvCache) prompt_n "
+        f"{back_a['prompt_n']} cache_n {back_a['cache_n']}, b (control) prompt_n "
+        f"{back_b['prompt_n']}; save {saved['durationMilliseconds']} ms, restore "
+        f"{restored['durationMilliseconds']} ms"
+    )
+
+
+async def kv_status(admin: KubeClient, namespace: str, name: str) -> Object:
+    status = (await admin.get(ISVC, name, namespace)).get("status") or {}
+    found: Object = status.get("kvCache") or {}
+    return found
