@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.real_pool import MEMBERS, RealPool, Switch, alternate, real_pool
 
@@ -80,7 +81,7 @@ def run(server: Path, *, kv_cache: bool, switches: int) -> list[SwapRecord]:
         return records.records
 
 
-def _median(values: Sequence[float | int | None]) -> str:
+def _median(values: Sequence[float | None]) -> str:
     present = [v for v in values if v is not None]
     if not present:
         return "-"
@@ -94,17 +95,22 @@ def report(runs: dict[str, list[SwapRecord]]) -> None:
           "median (min to max)")  # fmt: skip
     print("| measure | " + " | ".join(backs) + " |")
     print("|---" * (len(backs) + 1) + "|")
-    rows = {
-        "prompt tokens processed (prompt_n), first request after the swap back":
-            lambda r: r.switch.cold.timings["prompt_n"],
-        "prompt tokens from the cache (cache_n)": lambda r: r.switch.cold.timings.get("cache_n"),
-        "prompt processing on the server, ms": lambda r: round(r.switch.cold.timings["prompt_ms"], 2),
-        "the request that swapped, through the router, ms": lambda r: round(r.switch.cold.seconds * 1000),
-        "the next request (no swap), ms": lambda r: round(r.switch.warm.seconds * 1000),
-        "save of the drained member (lastSave), ms": lambda r: r.save_ms,
-        "restore into the target (lastRestore), ms": lambda r: r.restore_ms,
-    }  # fmt: skip
-    for label, value in rows.items():
+
+    def cold(r: SwapRecord) -> dict[str, Any]:
+        return r.switch.cold.timings
+
+    rows: list[tuple[str, Callable[[SwapRecord], float | None]]] = [
+        ("prompt tokens processed (prompt_n), first request after the swap back",
+         lambda r: cold(r)["prompt_n"]),
+        ("prompt tokens from the cache (cache_n)", lambda r: cold(r).get("cache_n", 0)),
+        ("prompt processing on the server, ms", lambda r: round(cold(r)["prompt_ms"], 2)),
+        ("the request that swapped, through the router, ms",
+         lambda r: round(r.switch.cold.seconds * 1000)),
+        ("the next request (no swap), ms", lambda r: round(r.switch.warm.seconds * 1000)),
+        ("save of the drained member (lastSave), ms", lambda r: r.save_ms),
+        ("restore into the target (lastRestore), ms", lambda r: r.restore_ms),
+    ]  # fmt: skip
+    for label, value in rows:
         cells = [_median([value(r) for r in records]) for records in backs.values()]
         print(f"| {label} | " + " | ".join(cells) + " |")
     for name, records in runs.items():

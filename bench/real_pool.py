@@ -185,7 +185,13 @@ def real_pool(llama_server: Path, *, kv_cache: bool) -> Iterator[RealPool]:
                 raise SystemExit(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
             return done.stdout
 
-        with local_system(plane.admin_kubeconfig, kubectl, workdir, llama_server=llama_server) as node:
+        def apply_step(*args: str, stdin: str | None = None) -> None:
+            kubectl(*args, stdin=stdin)
+
+        system = local_system(
+            plane.admin_kubeconfig, apply_step, workdir, llama_server=llama_server
+        )
+        with system as node:
             kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(pool_objects(kv_cache=kv_cache)))
             wait = ("wait", "-n", NAMESPACE, f"--timeout={READY_TIMEOUT:.0f}s")
             kubectl(*wait, "--for=jsonpath={.status.phase}=Ready", f"mpool/{POOL}")

@@ -1,0 +1,153 @@
+"""Switching models: llama.cpp's own router mode against our pool, with the same two tiny models
+and the same request sequence.
+
+* **llama.cpp router mode** (a peer that swaps models inside one server, on one machine):
+  ``llama-server --models-dir DIR --models-max 1`` with ``DIR`` holding the two models as
+  ``tiny-a.gguf`` and ``tiny-b.gguf``, and the member's flags (``--parallel 1 --ctx-size 8192
+  --threads 1``), which it passes to the child ``llama-server`` it starts per model. At the
+  maximum of one it stops the idle one before it starts the other.
+* **ours**: the local tier with real members (:func:`bench.real_pool.real_pool`, ``spec.kvCache``
+  off): the request goes to the router's proxy, which holds it, takes the pool's Lease and has
+  the pool controller drain the resident (idle gate on ``/slots``, scale to 0, wait until its pod
+  and process are gone) and bring the other up (a new pod, its ``llama-server`` started, Ready
+  from ``/health``, the EndpointSlice), then forwards it.
+
+The sequence (:func:`bench.real_pool.alternate`): ``tiny-a``, then ``--switches`` requests
+alternating ``tiny-b`` and ``tiny-a``, each followed by a second request to the same model (no
+switch), every one with the same prompt of about 420 tokens and 8 tokens to generate. The
+switch time is the client's time for the request that switched; the second request's time is
+what a request costs without a switch, for scale. After each switch in router mode the benchmark
+checks that its ``/models`` lists at most one model loaded.
+
+    KUBEBUILDER_ASSETS=$(hack/build-controlplane.sh 2>/dev/null | tail -1) \\
+      .venv/bin/python -m bench.router_mode_bench \\
+      --server $(hack/build-llama-server.sh 2>/dev/null | tail -1) [--switches 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Final
+
+import httpx
+
+from bench.real_pool import (
+    CONTEXT,
+    MEMBERS,
+    READY_TIMEOUT,
+    Answer,
+    Switch,
+    alternate,
+    model_name,
+    models,
+    real_pool,
+)
+from controlplane.envtest.process import free_port
+
+#: What router mode's ``/models`` says of a model with a running child.
+LOADED: Final = "loaded"
+
+
+@contextlib.contextmanager
+def router_mode(server: Path) -> Iterator[str]:
+    """``llama-server`` in router mode over the two models, at most one loaded; its URL."""
+    with tempfile.TemporaryDirectory(prefix="bench-router-mode-") as folder:
+        for member, path in models().items():
+            (Path(folder) / f"{model_name(member)}.gguf").symlink_to(path)
+        port = free_port()
+        argv = [str(server), "--models-dir", folder, "--models-max", "1",
+                "--host", "127.0.0.1", "--port", str(port),
+                "--parallel", "1", "--ctx-size", str(CONTEXT), "--threads", "1"]  # fmt: skip
+        log = Path(folder) / "router-mode.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + READY_TIMEOUT
+            while not _healthy(url):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"router mode did not start:\n{log.read_text()[-3000:]}")
+                time.sleep(0.02)
+            yield url
+        finally:
+            process.terminate()  # it stops its children on the way out
+            process.wait(timeout=60)
+
+
+def _healthy(url: str) -> bool:
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(f"{url}/health", timeout=1, trust_env=False).status_code == 200
+    return False
+
+
+def loaded_models(url: str) -> list[str]:
+    answer = httpx.get(f"{url}/models", timeout=10, trust_env=False).json()
+    return [m["id"] for m in answer["data"] if (m.get("status") or {}).get("value") == LOADED]
+
+
+def run_router_mode(server: Path, switches: int) -> tuple[Answer, list[Switch]]:
+    with router_mode(server) as url:
+
+        def at_most_one(switch: Switch) -> None:
+            loaded = loaded_models(url)
+            if loaded != [switch.cold.model]:
+                raise SystemExit(f"router mode: loaded {loaded} after switching to "
+                                 f"{switch.cold.model}")  # fmt: skip
+
+        return alternate(url, switches, after_switch=at_most_one)
+
+
+def run_ours(server: Path, switches: int) -> tuple[Answer, list[Switch]]:
+    with real_pool(server, kv_cache=False) as pool:
+        return alternate(pool.url, switches)
+
+
+def _ms(values: list[float]) -> str:
+    ms = [v * 1000 for v in values]
+    return f"{statistics.median(ms):.0f} ({min(ms):.0f} to {max(ms):.0f})"
+
+
+def report(runs: dict[str, tuple[Answer, list[Switch]]]) -> None:
+    print(f"{len(next(iter(runs.values()))[1])} switches per run; ms, median (min to max)")
+    print("| measure | " + " | ".join(runs) + " |")
+    print("|---" * (len(runs) + 1) + "|")
+
+    def cost(first: Answer, switched: list[Switch]) -> str:
+        cold = statistics.median(x.cold.seconds for x in switched)
+        return f"{(cold - statistics.median(x.warm.seconds for x in switched)) * 1000:.0f}"
+
+    rows: list[tuple[str, Callable[[Answer, list[Switch]], str]]] = [
+        (f"first request ({model_name(MEMBERS[0])})", lambda f, s: _ms([f.seconds])),
+        ("the request that switched", lambda f, s: _ms([x.cold.seconds for x in s])),
+        ("the next request (no switch)", lambda f, s: _ms([x.warm.seconds for x in s])),
+        ("switch cost (difference of the medians)", cost),
+        ("prompt tokens processed after a switch",
+         lambda f, s: f"{statistics.median(x.cold.timings['prompt_n'] for x in s):g}"),
+    ]  # fmt: skip
+    for label, cell in rows:
+        print(f"| {label} | " + " | ".join(cell(*run) for run in runs.values()) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--server", type=Path, required=True, help="the llama-server binary")
+    parser.add_argument("--switches", type=int, default=10, help="switches per run (>= 1)")
+    args = parser.parse_args()
+    if args.switches < 1:
+        parser.error("--switches must be at least 1")
+    runs = {
+        "llama.cpp router mode (--models-max 1)": run_router_mode(args.server, args.switches),
+        "ours (pool of 2 real members, via the router-proxy)": run_ours(args.server, args.switches),
+    }
+    report(runs)
+
+
+if __name__ == "__main__":
+    main()
