@@ -10,7 +10,7 @@ JAEGER = $(shell hack/build-jaeger.sh 2>/dev/null | tail -n 1)
 # The real llama.cpp server (contract tests, real-server members), cached by version the same way.
 LLAMA_SERVER = $(shell hack/build-llama-server.sh 2>/dev/null | tail -n 1)
 
-.PHONY: help venv controlplane-bins jaeger-bin llama-server test test-unit test-e2e lint demo dev clean bench bench-proxy \
+.PHONY: help venv controlplane-bins jaeger-bin llama-server test test-unit test-e2e lint demo dev clean bench bench-proxy bench-kv-swap bench-router-mode \
 	manifests check-rbac image kind-up deploy undeploy kind-down
 
 help:
@@ -28,6 +28,8 @@ help:
 	@echo "make llama-server       build llama.cpp's llama-server (contract tests, real members; ~8 min once)"
 	@echo "make bench              controller benchmark: ours vs kopf vs controller-runtime"
 	@echo "make bench-proxy        data path: proxy vs direct vs nginx, held requests, swaps"
+	@echo "make bench-kv-swap      KV cache across a swap with real members: prompt tokens, save/restore"
+	@echo "make bench-router-mode  switch time: llama.cpp's router mode vs our pool, real members"
 	@echo "make image              build the project image with no registry (starts Docker if needed)"
 	@echo "make kind-up            a one-node kind cluster from a node image built here (cached)"
 	@echo "make deploy             kind-up, image built and loaded, operator applied and ready"
@@ -97,6 +99,16 @@ bench: venv controlplane-bins
 # nginx wrk); BENCH_ARGS adds options.
 bench-proxy: venv controlplane-bins
 	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/python -m bench.proxy_bench $(BENCH_ARGS)
+
+# The swap benchmarks with real llama-server members (bench/README.md); BENCH_ARGS adds options
+# (--switches N).
+bench-kv-swap: venv controlplane-bins llama-server
+	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/python -m bench.kv_cache_swap --server "$(LLAMA_SERVER)" \
+		$(BENCH_ARGS)
+
+bench-router-mode: venv controlplane-bins llama-server
+	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/python -m bench.router_mode_bench --server "$(LLAMA_SERVER)" \
+		$(BENCH_ARGS)
 
 # The cluster tier (docs/kind.md): every image and the kind node are built here, no registry.
 image:

@@ -22,6 +22,8 @@ and is left out of the figures.
     KUBEBUILDER_ASSETS=$(hack/build-controlplane.sh 2>/dev/null | tail -1) \\
       .venv/bin/python -m bench.kv_cache_swap \\
       --server $(hack/build-llama-server.sh 2>/dev/null | tail -1) [--switches 10]
+
+or ``make bench-kv-swap`` (``BENCH_ARGS="--switches 20"``).
 """
 
 from __future__ import annotations

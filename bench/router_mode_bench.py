@@ -17,11 +17,15 @@ alternating ``tiny-b`` and ``tiny-a``, each followed by a second request to the 
 switch), every one with the same prompt of about 420 tokens and 8 tokens to generate. The
 switch time is the client's time for the request that switched; the second request's time is
 what a request costs without a switch, for scale. After each switch in router mode the benchmark
-checks that its ``/models`` lists at most one model loaded.
+checks that its ``/models`` lists at most one model loaded. Last, for the reading, what both modes
+pay in every switch measured alone: a ``llama-server`` with the model, start to ``/health`` 200
+and SIGTERM to exit.
 
     KUBEBUILDER_ASSETS=$(hack/build-controlplane.sh 2>/dev/null | tail -1) \\
       .venv/bin/python -m bench.router_mode_bench \\
       --server $(hack/build-llama-server.sh 2>/dev/null | tail -1) [--switches 10]
+
+or ``make bench-router-mode`` (``BENCH_ARGS="--switches 20"``).
 """
 
 from __future__ import annotations
@@ -104,6 +108,34 @@ def run_router_mode(server: Path, switches: int) -> tuple[Answer, list[Switch]]:
         return alternate(url, switches, after_switch=at_most_one)
 
 
+def server_alone(server: Path, rounds: int) -> tuple[list[float], list[float]]:
+    """What both modes pay for in every switch, measured alone: one ``llama-server`` with the
+    model and the member's flags, from its start to ``/health`` 200, and from SIGTERM to its
+    exit (seconds, ``rounds`` times)."""
+    starts: list[float] = []
+    stops: list[float] = []
+    model = models()[MEMBERS[0]]
+    for _ in range(rounds):
+        port = free_port()
+        argv = [str(server), "--model", str(model), "--alias", model_name(MEMBERS[0]),
+                "--host", "127.0.0.1", "--port", str(port),
+                "--parallel", "1", "--ctx-size", str(CONTEXT), "--threads", "1"]  # fmt: skip
+        started = time.perf_counter()
+        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            while not _healthy(f"http://127.0.0.1:{port}"):
+                if process.poll() is not None or time.perf_counter() - started > READY_TIMEOUT:
+                    raise SystemExit(f"llama-server did not start: {argv}")
+                time.sleep(0.005)
+            starts.append(time.perf_counter() - started)
+        finally:
+            stopping = time.perf_counter()
+            process.terminate()
+            process.wait(timeout=60)
+            stops.append(time.perf_counter() - stopping)
+    return starts, stops
+
+
 def run_ours(server: Path, switches: int) -> tuple[Answer, list[Switch]]:
     with real_pool(server, kv_cache=False) as pool:
         return alternate(pool.url, switches)
@@ -147,6 +179,9 @@ def main() -> None:
         "ours (pool of 2 real members, via the router-proxy)": run_ours(args.server, args.switches),
     }
     report(runs)
+    starts, stops = server_alone(args.server, args.switches)
+    print(f"\nllama-server alone ({args.switches} times), ms, median (min to max): start to "
+          f"/health 200 {_ms(starts)}; SIGTERM to exit {_ms(stops)}")  # fmt: skip
 
 
 if __name__ == "__main__":
