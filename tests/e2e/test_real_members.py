@@ -27,11 +27,12 @@ import msgspec
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
+from controlplane.controllers.inferenceservice import ISVC_LABEL
 from controlplane.envtest.llamaserver import find_llama_server
 from controlplane.envtest.tinymodel import TinyModelSpec, tiny_model
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import ready_urls
-from controlplane.runtime.resources import ENDPOINT_SLICES
+from controlplane.runtime.resources import ENDPOINT_SLICES, PODS
 from controlplane.standin.process import MEMBER_ENV
 from tests.e2e.clusters import TestCluster
 from tests.e2e.operator_process import LocalProcess, OperatorProcess, start_node, stopped_at_exit
@@ -223,6 +224,7 @@ async def test_a_pool_of_two_real_llama_servers_swaps_through_the_proxy_and_each
 #: hit is unmistakable in ``timings.prompt_n``.
 LONG_PROMPT = " ".join(f"word{i} alpha" for i in range(100))
 #: Where the stand-in keeps the default ``spec.kvCache.hostPath`` (its ``LOG_DIR/hostpath``).
+KV_GATE = "inference.modelpool.dev/kv-cache-restored"
 KV_HOST_FOLDER = Path("simulators/hostpath/var/lib/modelpool/kv-cache")
 
 
@@ -264,6 +266,10 @@ async def test_real_members_carry_the_kv_cache_across_a_swap_and_the_control_doe
         assert slot_file.stat().st_size > 0
 
         back_a = await ask("tiny-a")  # swap b -> a: a restored before it counts Ready
+        # The gate a's new pod was held by until the restore, opened by it.
+        (pod_a,) = (await admin.list(PODS, namespace, label_selector=f"{ISVC_LABEL}=a")).items
+        gate = next(c for c in pod_a["status"]["conditions"] if c["type"] == KV_GATE)
+        assert (gate["status"], gate["reason"]) == ("True", "Restored"), gate
         back_b = await ask("tiny-b")  # swap a -> b: b served the same prompt before, no cache
 
     # The figures: after the swap back, a processes one token of the prompt, b all of it.
@@ -274,6 +280,7 @@ async def test_real_members_carry_the_kv_cache_across_a_swap_and_the_control_doe
     assert (restored["outcome"], restored["slots"], restored["tokens"]) == (
         "Succeeded", [0], saved["tokens"]
     )  # fmt: skip
+    assert restored["pod"] == pod_a["metadata"]["name"]
     assert kv["lastSave"]["outcome"] == "Succeeded"  # saved again on the last swap
     assert await kv_status(admin, namespace, "b") == {}
     assert not list((tmp_path / KV_HOST_FOLDER / namespace).glob("b*")), "b saved nothing"
