@@ -185,11 +185,12 @@ def real_pool(llama_server: Path, *, kv_cache: bool) -> Iterator[RealPool]:
                 raise SystemExit(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
             return done.stdout
 
-        def apply_step(*args: str, stdin: str | None = None) -> None:
+        def quiet_kubectl(*args: str, stdin: str | None = None) -> None:
+            """``local_system``'s kubectl: its output is not the benchmark's."""
             kubectl(*args, stdin=stdin)
 
         system = local_system(
-            plane.admin_kubeconfig, apply_step, workdir, llama_server=llama_server
+            plane.admin_kubeconfig, quiet_kubectl, workdir, llama_server=llama_server
         )
         with system as node:
             kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(pool_objects(kv_cache=kv_cache)))
