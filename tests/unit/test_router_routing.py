@@ -167,7 +167,7 @@ def _client(
         lambda: [] if ready else ["caches not synced"],
         max_body_bytes=1024,
     )
-    app = build_app(context, activator, httpx.AsyncClient(transport=member))
+    app = build_app(context, activator, member or httpx.AsyncHTTPTransport())
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
 
 
