@@ -116,13 +116,18 @@ class Notifier:
 
     def __init__(self) -> None:
         self._event = anyio.Event()
+        self._taken = False
 
     def notify(self) -> None:
+        if not self._taken:
+            return  # nobody holds the current event: nobody to wake (every request's end notifies)
         self._event.set()
         self._event = anyio.Event()
+        self._taken = False
 
     def snapshot(self) -> anyio.Event:
         """The event the next change sets; take it *before* reading the state it guards."""
+        self._taken = True
         return self._event
 
     @staticmethod

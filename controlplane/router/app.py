@@ -36,6 +36,7 @@ streams pass untouched.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -80,6 +81,8 @@ UPSTREAM_TIMEOUT = httpx.Timeout(connect=5.0, read=600.0, write=60.0, pool=10.0)
 PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 #: Request headers passed upstream (hop-by-hop and length headers are not).
 FORWARDED_REQUEST_HEADERS = ("content-type", "accept", "authorization", "user-agent")
+#: Without tracing the proxy is no hop of the trace: the client's context goes on as it came.
+UNTRACED_REQUEST_HEADERS = (*FORWARDED_REQUEST_HEADERS, "traceparent", "tracestate")
 FORWARDED_RESPONSE_HEADERS = ("content-type", "content-encoding", "cache-control")
 #: The largest request body accepted by default: far above any prompt a context window holds,
 #: far below the proxy's memory limit.
@@ -105,6 +108,10 @@ class ProxyContext:
     generation: Callable[[], int] | None = None
     #: Log the audit line of 2xx answers at INFO (default DEBUG; the metric counts them anyway).
     audit_successes: bool = False
+    #: Whether spans are exported (:func:`~controlplane.runtime.tracing.configure_tracing`);
+    #: without, the proxied path makes no ``request`` or ``forward`` span at all (no-op spans
+    #: and their context switches cost about a tenth of a request's CPU).
+    tracing: bool = True
 
 
 #: Families the proxy does not expose: it runs no controller and no leader election, but shares
@@ -170,13 +177,13 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
 
 
-def _rewrites_error(upstream: httpx.Response) -> bool:
+def _rewrites_error(status: int, headers: Mapping[str, str]) -> bool:
     """A member's error answer that is rewritten: 4xx/5xx, not an event stream, not too long."""
-    if upstream.status_code < 400:
+    if status < 400:
         return False
-    if upstream.headers.get("content-type", "").startswith("text/event-stream"):
+    if headers.get("content-type", "").startswith("text/event-stream"):
         return False
-    length = upstream.headers.get("content-length")
+    length = headers.get("content-length")
     return length is None or not length.isdigit() or int(length) <= MEMBER_ERROR_MAX_BYTES
 
 
@@ -215,20 +222,25 @@ async def read_body(headers: Mapping[str, str], receive: Receive, limit: int) ->
             return body
 
 
-def _whole(upstream: httpx.Response) -> bool:
+def _whole(headers: Mapping[str, str]) -> bool:
     """A member's answer sent as one response: sized, small, not an event stream."""
-    length = upstream.headers.get("content-length")
+    length = headers.get("content-length")
     if length is None or not length.isdigit() or int(length) > WHOLE_ANSWER_MAX_BYTES:
         return False
-    return not upstream.headers.get("content-type", "").startswith("text/event-stream")
+    return not headers.get("content-type", "").startswith("text/event-stream")
 
 
 async def _read_raw(upstream: httpx.Response) -> bytes:
     return b"".join([chunk async for chunk in upstream.aiter_raw()])
 
 
-def _response_headers(upstream: httpx.Response) -> list[tuple[bytes, bytes]]:
-    headers = upstream.headers
+def _plain_headers(upstream: httpx.Response) -> dict[str, str]:
+    """The member's answer headers as one dict (lower-case names; the last of a repeated one):
+    httpx's ``Headers`` scans its list on every look-up."""
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in upstream.headers.raw}
+
+
+def _response_headers(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
     return [
         (name.encode(), value.encode("latin-1"))
         for name in FORWARDED_RESPONSE_HEADERS
@@ -274,6 +286,10 @@ class ProxyApp:
         """One proxied request in its ``request`` span, from the client's trace context."""
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         path = scope["path"]
+        if not self.context.tracing:
+            with contextlib.suppress(ClientGone):
+                await self._proxied(trace.INVALID_SPAN, path, headers, receive, send, scope)
+            return
         attributes = {"http.request.method": "POST", "url.path": path, "http.route": path}
         with tracer.start_as_current_span(
             "request",
@@ -333,8 +349,12 @@ class ProxyApp:
 
         span.set_attribute("http.response.status_code", upstream.status_code)
         span.set_attribute("modelpool.reason", "upstream")
-        status, rewrite = upstream.status_code, _rewrites_error(upstream)
-        if rewrite or _whole(upstream):
+        answer_headers = _plain_headers(upstream)
+        status, rewrite = (
+            upstream.status_code,
+            _rewrites_error(upstream.status_code, answer_headers),
+        )
+        if rewrite or _whole(answer_headers):
             try:
                 answer = await (_read_error_body if rewrite else _read_raw)(upstream)
             except httpx.HTTPError as err:  # the member failed mid-answer, before we answered
@@ -346,11 +366,11 @@ class ProxyApp:
                 await close()
             audit(model, status, "upstream", successes_at_info=context.audit_successes)
             if rewrite:
-                kept = {k: v for k, v in upstream.headers.items() if k == "cache-control"}
+                kept = {k: v for k, v in answer_headers.items() if k == "cache-control"}
                 encoded, answer = _json(member_error_body(answer, status), kept)
                 await _send_whole(send, status, encoded, answer)
             else:
-                await _send_whole(send, status, _response_headers(upstream), answer)
+                await _send_whole(send, status, _response_headers(answer_headers), answer)
             return
 
         async def passthrough() -> AsyncIterator[bytes]:
@@ -364,7 +384,7 @@ class ProxyApp:
         streamed = StreamingResponse(
             passthrough(),
             status_code=upstream.status_code,
-            headers={k: v for k, v in upstream.headers.items() if k in FORWARDED_RESPONSE_HEADERS},
+            headers={k: v for k, v in answer_headers.items() if k in FORWARDED_RESPONSE_HEADERS},
             background=BackgroundTask(close),
         )
         await streamed(scope, receive, send)  # watches for the client leaving mid-stream
@@ -372,13 +392,17 @@ class ProxyApp:
     async def _forward(
         self, path: str, headers: dict[str, str], route: BackendRoute, url: str, raw: bytes
     ) -> httpx.Response:
-        """The member's response (streamed), in a ``forward`` span whose context it carries."""
+        """The member's response (streamed), in a ``forward`` span whose context it carries;
+        without tracing, no span, and the client's own trace context is passed on as it came."""
         full = url + path
         parsed = self._urls.get(full)
         if parsed is None:
             if len(self._urls) > MEMBER_URLS_KEPT:
                 self._urls.clear()
             parsed = self._urls[full] = httpx.URL(full)
+        if not self.context.tracing:
+            sent = {k: v for k, v in headers.items() if k in UNTRACED_REQUEST_HEADERS}
+            return await self._send(route, url, parsed, sent, raw)
         attributes = {
             "http.request.method": "POST",
             "url.full": full,
@@ -391,18 +415,26 @@ class ProxyApp:
         ) as span:
             sent = {k: v for k, v in headers.items() if k in FORWARDED_REQUEST_HEADERS}
             propagate.inject(sent)  # the member's request carries the forward span's context
-            request = httpx.Request(
-                "POST", parsed, content=raw, headers=sent, extensions={"timeout": self._timeout}
-            )
             try:
-                upstream = await self.transport.handle_async_request(request)
-            except httpx.HTTPError as err:
-                span.set_status(trace.StatusCode.ERROR, type(err).__name__)
-                raise UpstreamError(f"{route.member} at {url}: {err}") from err
+                upstream = await self._send(route, url, parsed, sent, raw)
+            except UpstreamError as err:
+                span.set_status(trace.StatusCode.ERROR, type(err.__cause__).__name__)
+                raise
             span.set_attribute("http.response.status_code", upstream.status_code)
             if upstream.status_code >= 500:
                 span.set_status(trace.StatusCode.ERROR, str(upstream.status_code))
             return upstream
+
+    async def _send(
+        self, route: BackendRoute, url: str, parsed: httpx.URL, headers: dict[str, str], raw: bytes
+    ) -> httpx.Response:
+        request = httpx.Request(
+            "POST", parsed, content=raw, headers=headers, extensions={"timeout": self._timeout}
+        )
+        try:
+            return await self.transport.handle_async_request(request)
+        except httpx.HTTPError as err:
+            raise UpstreamError(f"{route.member} at {url}: {err}") from err
 
 
 def _json(body: Any, headers: Mapping[str, str]) -> tuple[list[tuple[bytes, bytes]], bytes]:

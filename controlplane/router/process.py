@@ -152,7 +152,9 @@ class ProxyServer:
             await serve(self.app, [self.sock])
 
 
-def build_router_proxy(settings: RouterProxySettings) -> tuple[Manager, Activator]:
+def build_router_proxy(
+    settings: RouterProxySettings, *, tracing: bool = True
+) -> tuple[Manager, Activator]:
     config = ClientConfig.load(settings.kubeconfig)
     identity = settings.identity or default_identity()
     ns = settings.namespace
@@ -192,6 +194,7 @@ def build_router_proxy(settings: RouterProxySettings) -> tuple[Manager, Activato
         settings.max_body_bytes,
         generation=view.generation,
         audit_successes=settings.audit_successes,
+        tracing=tracing,
     )
     transport: httpx.AsyncBaseTransport = (
         AiohttpTransport()
@@ -206,6 +209,6 @@ def build_router_proxy(settings: RouterProxySettings) -> tuple[Manager, Activato
 
 async def run_router_proxy(settings: RouterProxySettings) -> None:
     """Run until SIGTERM; raises ``PreflightDenied`` (inside a group) on a DENIED preflight."""
-    configure_tracing("modelpool-router-proxy")
-    manager, _ = build_router_proxy(settings)
+    tracing = configure_tracing("modelpool-router-proxy")
+    manager, _ = build_router_proxy(settings, tracing=tracing)
     await manager.run_until_signal()

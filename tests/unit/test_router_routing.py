@@ -151,7 +151,10 @@ def test_503_errors_carry_retry_after_and_their_reason() -> None:
 
 
 def _client(
-    ready: bool = True, api: FakeApi | None = None, member: httpx.MockTransport | None = None
+    ready: bool = True,
+    api: FakeApi | None = None,
+    member: httpx.MockTransport | None = None,
+    tracing: bool = True,
 ) -> httpx.AsyncClient:
     """The proxy app in-process (no socket), as the simulator's unit tests drive theirs. Its
     activator is not running: a request that got as far as being held would fail loudly. The
@@ -166,6 +169,7 @@ def _client(
         ISVCS.get,
         lambda: [] if ready else ["caches not synced"],
         max_body_bytes=1024,
+        tracing=tracing,
     )
     app = build_app(context, activator, member or httpx.AsyncHTTPTransport())
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
@@ -336,6 +340,34 @@ async def test_success_bodies_and_event_streams_pass_untouched() -> None:
         assert (await client.post("/v1/chat/completions", json=CHAT)).content == ok
     async with _client(member=_member(500, stream, "text/event-stream")) as client:
         assert (await client.post("/v1/chat/completions", json=CHAT)).content == stream
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("tracing", [True, False])
+async def test_a_small_sized_answer_is_sent_whole_with_its_headers(tracing: bool) -> None:
+    ok = b'{"choices": []}'
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        headers = {"content-type": "application/json", "content-length": str(len(ok))}
+        return httpx.Response(200, stream=_Body(ok), headers={**headers, "x-private": "1"})
+
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    async with _client(member=httpx.MockTransport(answer), tracing=tracing) as client:
+        response = await client.post(
+            "/v1/chat/completions", json=CHAT, headers={"traceparent": parent, "x-other": "no"}
+        )
+    assert response.content == ok
+    assert response.headers["content-length"] == str(len(ok))
+    assert response.headers["content-type"] == "application/json"
+    assert "x-private" not in response.headers
+    assert "x-other" not in seen[0].headers
+    # The member's request carries the client's trace (untraced: the very same parent span).
+    sent = seen[0].headers["traceparent"]
+    assert sent.split("-")[1] == parent.split("-")[1]
+    if not tracing:
+        assert sent == parent
 
 
 @pytest.mark.parametrize(
