@@ -149,7 +149,9 @@ class ProxyServer:
         async with self.transport:
             host, port = self.sock.getsockname()[:2]
             log.info("router-proxy listening on http://%s:%d", host, port)
-            await serve(self.app, [self.sock])
+            # Its own audit line, not uvicorn's access log; and it reads no client address, so
+            # uvicorn's X-Forwarded-For rewriting would be per-request work for nothing.
+            await serve(self.app, [self.sock], access_log=False, proxy_headers=False)
 
 
 def build_router_proxy(
