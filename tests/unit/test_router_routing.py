@@ -17,10 +17,18 @@ from controlplane.router.errors import (
     LeaseUnavailable,
     ModelNotFound,
     PoolBusy,
+    ProxyNotReady,
     member_error_body,
 )
 from controlplane.router.lease import LeaseCoordinator
-from controlplane.router.routing import Route, parse_duration, resolve, routing_table, validate_body
+from controlplane.router.routing import (
+    Route,
+    RoutingTable,
+    parse_duration,
+    resolve,
+    routing_table,
+    validate_body,
+)
 from controlplane.runtime.metrics import REGISTRY
 from tests.unit.router_fakes import FakeApi, FakeView
 
@@ -73,6 +81,26 @@ def test_unknown_model_is_404() -> None:
 
 def test_no_model_takes_the_default_backend_resident_member() -> None:
     assert resolve(None, ROUTER, POOLS.get, ISVCS.get) == Route("qwen-2-7b", "b", "gpu-0")
+
+
+def test_the_kept_table_serves_until_invalidated_and_the_default_follows_the_resident() -> None:
+    isvcs = dict(ISVCS)
+    pools = {"gpu-0": POOLS["gpu-0"]}
+    table = RoutingTable(lambda: ROUTER, pools.get, isvcs.get)
+    assert table.resolve("qwen-2-7b") == Route("qwen-2-7b", "b", "gpu-0")
+    isvcs["b"] = {"spec": {"model": {"name": "qwen-3"}}}
+    assert table.resolve("qwen-2-7b") == Route("qwen-2-7b", "b", "gpu-0")  # kept
+    table.invalidate()  # what the proxy does on an InferenceService event
+    assert table.resolve("qwen-3") == Route("qwen-3", "b", "gpu-0")
+    with pytest.raises(ModelNotFound):
+        table.resolve("qwen-2-7b")
+    pools["gpu-0"] = {**POOLS["gpu-0"], "status": {"residentMember": "a"}}
+    assert table.resolve(None) == Route("llama-3-8b", "a", "gpu-0")  # never kept
+
+
+def test_no_router_in_the_cache_is_not_ready() -> None:
+    with pytest.raises(ProxyNotReady):
+        RoutingTable(lambda: None, POOLS.get, ISVCS.get).resolve("qwen-2-7b")
 
 
 def test_no_model_and_no_default_is_400() -> None:
