@@ -275,13 +275,13 @@ class NodeStandIn:
             delay = self.settings.resync_seconds if ready else self.settings.starting_poll_seconds
             requeue = delay if requeue is None else min(requeue, delay)
 
-        async with anyio.create_task_group() as group:
-            # A kubelet stops the container while the controllers write: at once, not on the
-            # next pass that the pod's watch event would queue.
-            for pod in marked:
-                group.start_soon(self._finish_pod, pod)
-            await self._write_deployment_status(deployment, live, hash_, cap)
-            await self._sync_slices(deployment, backends, role)
+        await self._write_deployment_status(deployment, live, hash_, cap)
+        await self._sync_slices(deployment, backends, role)
+        # Stopped once its endpoint is out of the slice (clients stop picking it first, as a
+        # preStop hook ensures on a node), and at once: not on the next pass that the pod's
+        # watch event would queue.
+        for pod in marked:
+            await self._finish_pod(pod)
         return Result(requeue_after=requeue) if requeue is not None else Result()
 
     def _pods_of(self, request: Request) -> list[Object]:
