@@ -55,7 +55,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from controlplane.router import metrics
-from controlplane.router.activator import Activator
+from controlplane.router.activator import Activator, Notifier
 from controlplane.router.errors import (
     MEMBER_ERROR_MAX_BYTES,
     InvalidRequest,
@@ -87,6 +87,10 @@ FORWARDED_RESPONSE_HEADERS = ("content-type", "content-encoding", "cache-control
 #: The largest request body accepted by default: far above any prompt a context window holds,
 #: far below the proxy's memory limit.
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+#: How often a request that never reached a stopping pool member is dispatched again, and how
+#: long each retry waits for the caches to change first.
+UNSENT_RETRIES = 2
+UNSENT_RETRY_WAIT_SECONDS = 1.0
 #: Parsed member URLs kept (members come and go: the memo is emptied past this).
 MEMBER_URLS_KEPT = 256
 #: A member's answer of at most this declared length (not an event stream) is read whole and sent
@@ -332,13 +336,7 @@ class ProxyApp:
             span.set_attribute("modelpool.model", model)
             span.set_attribute("modelpool.member", route.member)
             span.set_attribute("modelpool.pool", route.pool or "")
-            url = await self.activator.upstream(route)
-            release = self.activator.inflight.track(route.member)
-            try:
-                upstream = await self._forward(path, headers, route, url, raw)
-            except UpstreamError:
-                release()
-                raise
+            upstream, url, release = await self._dispatch(path, headers, route, raw)
         except ProxyError as err:
             await _error(err, model or "-")(scope, receive, send)
             return
@@ -388,6 +386,40 @@ class ProxyApp:
             background=BackgroundTask(close),
         )
         await streamed(scope, receive, send)  # watches for the client leaving mid-stream
+
+    async def _dispatch(
+        self, path: str, headers: dict[str, str], route: BackendRoute, raw: bytes
+    ) -> tuple[httpx.Response, str, Callable[[], None]]:
+        """The member's answer, the URL that gave it, and the in-flight release to call when
+        its body is closed.
+
+        A pool member whose connection failed before any answer began, with what the transport
+        calls ``httpx.ConnectError`` (refused; or a kept-alive connection the member had closed
+        as it stopped, found closed when the request was written) is stopping, and its endpoint
+        is leaving the caches: the stand-in, like a kubelet, stops the process right after the
+        endpoint update, and the proxy's watch may see that update a few ms later. The request
+        goes back to the activator after the next cache change (which may hold it for the swap
+        under way), at most :data:`UNSENT_RETRIES` times. Such a request was not taken by the
+        member, except in the rare case of a connection lost while it waited for the answer's
+        head, where a completion is computed twice: no state changes either way.
+        """
+        attempts = 0
+        while True:
+            change = self.activator.notifier.snapshot()
+            url = await self.activator.upstream(route)
+            release = self.activator.inflight.track(route.member)
+            try:
+                return await self._forward(path, headers, route, url, raw), url, release
+            except UpstreamError as err:
+                release()
+                unsent = isinstance(err.__cause__, httpx.ConnectError)
+                if route.pool is None or not unsent or attempts >= UNSENT_RETRIES:
+                    raise
+            attempts += 1
+            log.info(
+                "%s at %s did not take the request (stopping?); asking again", route.member, url
+            )
+            await Notifier.wait(change, UNSENT_RETRY_WAIT_SECONDS)
 
     async def _forward(
         self, path: str, headers: dict[str, str], route: BackendRoute, url: str, raw: bytes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -396,6 +397,72 @@ async def test_a_small_sized_answer_is_sent_whole_with_its_headers(tracing: bool
     assert sent.split("-")[1] == parent.split("-")[1]
     if not tracing:
         assert sent == parent
+
+
+def _pooled_proxy(member: httpx.MockTransport) -> tuple[httpx.AsyncClient, Activator]:
+    """The proxy with ``qwen-2-7b`` (member b of gpu-0) resident and Ready."""
+    view = FakeView()
+    view.pools["gpu-0"] = copy.deepcopy(POOLS["gpu-0"])
+    view.isvcs.update(copy.deepcopy(ISVCS))
+    view.make_resident("gpu-0", "b")
+    api = FakeApi()
+    activator = Activator(view, LeaseCoordinator(api, "ns", "me"), api, "ns")
+    context = ProxyContext(lambda: ROUTER, view.pool, view.isvc, lambda: [], tracing=False)
+    app = build_app(context, activator, member)
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
+    return client, activator
+
+
+@pytest.mark.anyio
+async def test_a_request_a_stopping_member_never_took_is_dispatched_again_after_a_change() -> None:
+    calls: list[str] = []
+    activator: Activator | None = None
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        calls.append(str(request.url))
+        if len(calls) == 1:
+            assert activator is not None
+            activator.notifier.notify()  # the member's endpoint update reaches the caches
+            raise httpx.ConnectError("Can not write request body", request=request)
+        return httpx.Response(200, stream=_Body(b"{}"), headers={"content-length": "2"})
+
+    client, activator = _pooled_proxy(httpx.MockTransport(answer))
+    chat = {"model": "qwen-2-7b", "messages": [{"role": "user", "content": "hi"}]}
+    async with client:
+        response = await client.post("/v1/chat/completions", json=chat)
+    assert response.status_code == 200
+    assert len(calls) == 2
+    assert activator.inflight.count("b") == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("error", "calls_expected"),
+    [
+        (httpx.RemoteProtocolError("Server disconnected"), 1),  # it may have taken the request
+        (httpx.ConnectError("Connection refused"), 3),  # the first send and two more, then 502
+    ],
+)
+async def test_a_member_that_took_the_request_or_stays_unreachable_is_a_502(
+    error: httpx.HTTPError, calls_expected: int
+) -> None:
+    calls: list[str] = []
+    activator: Activator | None = None
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        calls.append(str(request.url))
+        assert activator is not None
+        activator.notifier.notify()
+        raise error
+
+    client, activator = _pooled_proxy(httpx.MockTransport(answer))
+    chat = {"model": "qwen-2-7b", "messages": [{"role": "user", "content": "hi"}]}
+    async with client:
+        response = await client.post("/v1/chat/completions", json=chat)
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "upstream_error"
+    assert len(calls) == calls_expected
+    assert activator.inflight.count("b") == 0
 
 
 @pytest.mark.parametrize(
