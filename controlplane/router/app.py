@@ -398,14 +398,14 @@ class ProxyApp:
         as it stopped, found closed when the request was written) is stopping, and its endpoint
         is leaving the caches: the stand-in, like a kubelet, stops the process right after the
         endpoint update, and the proxy's watch may see that update a few ms later. The request
-        goes back to the activator after the next cache change (which may hold it for the swap
-        under way), at most :data:`UNSENT_RETRIES` times. Such a request was not taken by the
-        member, except in the rare case of a connection lost while it waited for the answer's
-        head, where a completion is computed twice: no state changes either way.
+        goes back to the activator (which may hold it for the swap under way), after the caches'
+        next change if they still name the same address, at most :data:`UNSENT_RETRIES` times.
+        Such a request was not taken by the member, except in the rare case of a connection lost
+        while it waited for the answer's head, where a completion is computed twice: no state
+        changes either way.
         """
         attempts = 0
         while True:
-            change = self.activator.notifier.snapshot()
             url = await self.activator.upstream(route)
             release = self.activator.inflight.track(route.member)
             try:
@@ -416,10 +416,10 @@ class ProxyApp:
                 if route.pool is None or not unsent or attempts >= UNSENT_RETRIES:
                     raise
             attempts += 1
-            log.info(
-                "%s at %s did not take the request (stopping?); asking again", route.member, url
-            )
-            await Notifier.wait(change, UNSENT_RETRY_WAIT_SECONDS)
+            log.info("%s at %s took no request (stopping?); asking again", route.member, url)
+            change = self.activator.notifier.snapshot()
+            if self.activator.ready_url(route.pool, route.member) == url:  # caches not caught up
+                await Notifier.wait(change, UNSENT_RETRY_WAIT_SECONDS)
 
     async def _forward(
         self, path: str, headers: dict[str, str], route: BackendRoute, url: str, raw: bytes

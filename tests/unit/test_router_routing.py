@@ -399,7 +399,9 @@ async def test_a_small_sized_answer_is_sent_whole_with_its_headers(tracing: bool
         assert sent == parent
 
 
-def _pooled_proxy(member: httpx.MockTransport) -> tuple[httpx.AsyncClient, Activator]:
+def _pooled_proxy(
+    member: httpx.MockTransport,
+) -> tuple[httpx.AsyncClient, Activator, FakeView]:
     """The proxy with ``qwen-2-7b`` (member b of gpu-0) resident and Ready."""
     view = FakeView()
     view.pools["gpu-0"] = copy.deepcopy(POOLS["gpu-0"])
@@ -410,28 +412,29 @@ def _pooled_proxy(member: httpx.MockTransport) -> tuple[httpx.AsyncClient, Activ
     context = ProxyContext(lambda: ROUTER, view.pool, view.isvc, lambda: [], tracing=False)
     app = build_app(context, activator, member)
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
-    return client, activator
+    return client, activator, view
 
 
 @pytest.mark.anyio
 async def test_a_request_a_stopping_member_never_took_is_dispatched_again_after_a_change() -> None:
     calls: list[str] = []
-    activator: Activator | None = None
 
     def answer(request: httpx.Request) -> httpx.Response:
         calls.append(str(request.url))
         if len(calls) == 1:
-            assert activator is not None
-            activator.notifier.notify()  # the member's endpoint update reaches the caches
+            view.urls["b"] = ["http://127.0.0.1:9201"]  # its endpoint changed meanwhile
             raise httpx.ConnectError("Can not write request body", request=request)
         return httpx.Response(200, stream=_Body(b"{}"), headers={"content-length": "2"})
 
-    client, activator = _pooled_proxy(httpx.MockTransport(answer))
+    client, activator, view = _pooled_proxy(httpx.MockTransport(answer))
     chat = {"model": "qwen-2-7b", "messages": [{"role": "user", "content": "hi"}]}
     async with client:
         response = await client.post("/v1/chat/completions", json=chat)
     assert response.status_code == 200
-    assert len(calls) == 2
+    assert calls == [
+        "http://127.0.0.1:9100/v1/chat/completions",
+        "http://127.0.0.1:9201/v1/chat/completions",
+    ]
     assert activator.inflight.count("b") == 0
 
 
@@ -447,15 +450,13 @@ async def test_a_member_that_took_the_request_or_stays_unreachable_is_a_502(
     error: httpx.HTTPError, calls_expected: int
 ) -> None:
     calls: list[str] = []
-    activator: Activator | None = None
 
     def answer(request: httpx.Request) -> httpx.Response:
         calls.append(str(request.url))
-        assert activator is not None
-        activator.notifier.notify()
+        view.urls["b"] = [f"http://127.0.0.1:{9300 + len(calls)}"]  # a new endpoint each time
         raise error
 
-    client, activator = _pooled_proxy(httpx.MockTransport(answer))
+    client, activator, view = _pooled_proxy(httpx.MockTransport(answer))
     chat = {"model": "qwen-2-7b", "messages": [{"role": "user", "content": "hi"}]}
     async with client:
         response = await client.post("/v1/chat/completions", json=chat)
