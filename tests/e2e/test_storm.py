@@ -45,7 +45,8 @@ Assertions, all on what was observed (no timing is asserted):
    controller finished it under the dead holder's still-valid intent (or if it finished in the
    instant between the scrape and the kill). Nothing else may be missing: for every
    ``(pool, from, to)`` the replicas count at most the changes seen, and the only change
-   allowed to go uncounted is one change to the killed holder's target in its pool. Never twice.
+   allowed to go uncounted is one change to the killed holder's target in each pool whose Lease
+   it held when it was killed (a replica may drive both pools' swaps at once). Never twice.
 5. At the end the pools settle: no pool Lease held, and at most one member per pool running,
    the pool's resident (the monitor's settle check, with held Leases as violations). y3 was
    resident at least once: a load longer than three Lease durations did not lose its swap.
@@ -558,6 +559,13 @@ async def chaos(
     swaps = await scrape_swaps(proxy.url)
     at = fleet.kill(proxy)
     storm.kills.append(Kill(proxy.name, pool, target, at, swaps))
+    # It may have been driving the other pool's swap too: that one is as much the killed
+    # driver's own (its counter was scraped once, above).
+    for other in POOLS:
+        with contextlib.suppress(KubeError, OSError):
+            held = await held_lease(admin, namespace, other)
+            if other != pool and held is not None and held[0] == holder:
+                storm.kills.append(Kill(proxy.name, other, held[1], at, Counter()))
     storm.windows.append(Window(f"SIGKILL {holder}", pool, at, at + LEASE_SECONDS))
     storm.note(f"SIGKILLed {holder}, holding {pool} for {target}; counted {dict(swaps)}")
     replacement = await fleet.add()
