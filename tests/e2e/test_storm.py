@@ -538,14 +538,25 @@ async def chaos(
                 return pool, resident, url
         return None
 
-    pool, resident, url = await eventually(
-        ready_resident, timeout=60, interval=0.05, what="a resident with a ready endpoint"
+    async def break_slots() -> tuple[str, str] | None:
+        found = await ready_resident()
+        if found is None:
+            return None
+        pool, resident, url = found
+        try:
+            async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
+                answer = await http.post(
+                    f"{url}/sim/slots-mode",
+                    json={"mode": "error500", "seconds": SLOTS_FAILURE_SECONDS},
+                )
+        except httpx.TransportError:
+            return None  # that resident was being stopped (swapped away) just then: pick again
+        assert answer.status_code == 200, answer.text
+        return pool, resident
+
+    pool, resident = await eventually(
+        break_slots, timeout=60, interval=0.05, what="a resident that takes the /slots switch"
     )
-    async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
-        answer = await http.post(
-            f"{url}/sim/slots-mode", json={"mode": "error500", "seconds": SLOTS_FAILURE_SECONDS}
-        )
-    assert answer.status_code == 200, answer.text
     now = time.monotonic()
     end = now + SLOTS_FAILURE_SECONDS
     storm.windows.append(Window(f"/slots 500 on {resident}", pool, now, end))
