@@ -11,12 +11,15 @@
 #
 # The tag is a hash of what went in (the wheels and the root's package list), so a code change
 # gives a new tag and `make deploy` rolls it out. IMAGE_REPOSITORY names the repository.
-# Prints the image reference (repository:tag) on its last line of stdout.
+# Prints the image reference (repository:tag) on its last line of stdout. With --sim, it also
+# builds the member simulator image, the same contents with `controlplane llama-sim` as its
+# entrypoint (it takes the llama-server arguments the operator gives a member), and prints that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SUITE="${DEBIAN_SUITE:-bookworm}"
 IMAGE_REPOSITORY="${IMAGE_REPOSITORY:-modelpool.dev/controlplane}"
+SIM_REPOSITORY="${SIM_REPOSITORY:-modelpool.dev/llama-sim}"
 CACHE_ROOT="${CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/modelpool-controlplane}"
 BASE_ROOT="$CACHE_ROOT/rootfs/python-${SUITE}"
 PYTHON="${PYTHON:-python3}"
@@ -49,9 +52,26 @@ log "building wheels of the project and its pinned dependencies"
 SOURCE_DATE_EPOCH=315532800 "$PYTHON" -m pip wheel --quiet --wheel-dir "$work/wheels" . >&2 || die "pip wheel failed"
 tag=$( { (cd "$work/wheels" && sha256sum ./*.whl); chroot "$BASE_ROOT" dpkg-query -W; } | sha256sum | cut -c1-12)
 image="$IMAGE_REPOSITORY:dev-$tag"
+# The member simulator image: a one-line local build over the project image (nothing pulled).
+finish() {
+  if [ "${1:-}" = "--sim" ]; then
+    local sim="$SIM_REPOSITORY:dev-$tag"
+    if ! docker image inspect "$sim" >/dev/null 2>&1; then
+      printf 'FROM %s\nENTRYPOINT ["controlplane", "llama-sim"]\nCMD []\n' "$image" \
+        | docker build -q -t "$sim" - >/dev/null
+      docker images "$SIM_REPOSITORY" --format '{{.Repository}}:{{.Tag}}' | grep -vx "$sim" \
+        | xargs -r docker rmi >/dev/null 2>&1 || true
+      log "built $sim"
+    fi
+    echo "$sim"
+  else
+    echo "$image"
+  fi
+  exit 0
+}
 if docker image inspect "$image" >/dev/null 2>&1; then
   log "image present: $image (nothing to build)"
-  echo "$image"; exit 0
+  finish "$@"
 fi
 
 root="$work/root"
@@ -79,4 +99,4 @@ docker images "$IMAGE_REPOSITORY" --format '{{.Repository}}:{{.Tag}}' | grep -vx
   | xargs -r docker rmi >/dev/null 2>&1 || true
 size=$(docker image inspect "$image" --format '{{.Size}}')
 log "built $image in $(( $(date +%s) - start )) s, $(( size / 1000000 )) MB"
-echo "$image"
+finish "$@"

@@ -120,7 +120,12 @@ def settings_from(args: argparse.Namespace) -> SimSettings:
 
 def run(args: argparse.Namespace) -> int:
     """Run a llama.cpp-compatible server simulator until SIGTERM (tests and demos)."""
+    return serve(settings_from(args))
+
+
+def serve(settings: SimSettings) -> int:
+    """Serve ``settings`` until SIGTERM (the server's imports are paid only here)."""
     from controlplane.sim.server import run_simulator
 
-    anyio.run(run_simulator, settings_from(args))
+    anyio.run(run_simulator, settings)
     return 0

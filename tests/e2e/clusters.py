@@ -31,9 +31,11 @@ class TestCluster:
     mode: str
     admin_kubeconfig: Path
     local: ControlPlane | None = None
-    #: kind only: the cluster, and the project image loaded into it (operator, proxy, simulator).
+    #: kind only: the cluster, the project image loaded into it (operator, proxy), and the member
+    #: simulator image (``controlplane llama-sim``: it takes a member's llama-server arguments).
     kind: KindCluster | None = None
     image: str | None = None
+    sim_image: str | None = None
 
     def admin_config(self) -> ClientConfig:
         return ClientConfig.from_kubeconfig(self.admin_kubeconfig)
@@ -78,6 +80,7 @@ def start_kind(name: str, workdir: Path) -> TestCluster:
     hack("docker-engine.sh")
     tools = Path(hack("build-kind-tools.sh"))
     image = hack("build-image.sh")
+    sim_image = hack("build-image.sh", "--sim")
     config = workdir / "kind-config.yaml"
     config.write_text(
         subprocess.run(
@@ -92,7 +95,10 @@ def start_kind(name: str, workdir: Path) -> TestCluster:
     cluster = KindCluster(name, kind_path=tools / "kind", kubectl_path=kubectl)
     cluster.create(config)
     cluster.load_docker_image(image)
-    return TestCluster("kind", Path(cluster.kubeconfig_path), kind=cluster, image=image)
+    cluster.load_docker_image(sim_image)
+    return TestCluster(
+        "kind", Path(cluster.kubeconfig_path), kind=cluster, image=image, sim_image=sim_image
+    )
 
 
 def docker_unavailable_reason() -> str | None:
