@@ -43,6 +43,39 @@ class TestCluster:
     def logs(self) -> dict[str, Path]:
         return self.local.logs() if self.local is not None else {}
 
+    def diagnostics(self) -> dict[str, str]:
+        """kind only: every pod's log (last lines) and the cluster's events, for a failed test."""
+        if self.kind is None:
+            return {}
+        binary = str(self.kind.kubectl_path)
+
+        def kubectl(*args: str) -> str:
+            done = subprocess.run(
+                [binary, "--kubeconfig", str(self.admin_kubeconfig), *args],
+                capture_output=True, text=True, check=False, timeout=60,
+            )  # fmt: skip
+            return str(done.stdout) + str(done.stderr)
+
+        found: dict[str, str] = {
+            "events": kubectl("get", "events", "-A", "--sort-by=.lastTimestamp")
+        }
+        pods = kubectl(
+            "get",
+            "pods",
+            "-A",
+            "--no-headers",
+            "-o",
+            "custom-columns=NS:.metadata.namespace,NAME:.metadata.name",
+        )
+        for line in pods.splitlines():
+            namespace, _, name = line.partition(" ")
+            name = name.strip()
+            if namespace and name and namespace != "kube-system":
+                found[f"pod {namespace}/{name}"] = kubectl(
+                    "-n", namespace, "logs", name, "--all-containers", "--tail=40"
+                )
+        return found
+
 
 #: ConfigMaps bypass the API server's watch cache, so a test can force ``410 Gone`` on a watch by
 #: compacting etcd (a cached resource would serve old versions from memory for a while).
