@@ -104,7 +104,7 @@ bench-proxy: venv controlplane-bins
 	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/python -m bench.proxy_bench $(BENCH_ARGS)
 
 # The cluster tier (docs/kind.md): every image and the kind node are built here, no registry.
-image:
+image: venv
 	hack/build-image.sh
 
 kind-up:

@@ -32,10 +32,12 @@ class TestCluster:
     admin_kubeconfig: Path
     local: ControlPlane | None = None
     #: kind only: the cluster, the project image loaded into it (operator, proxy), and the member
-    #: simulator image (``controlplane llama-sim``: it takes a member's llama-server arguments).
+    #: images: the simulator (``controlplane llama-sim``, taking a member's llama-server arguments)
+    #: and the real llama-server with two tiny models (``/models/tiny-1.gguf``, ``tiny-2.gguf``).
     kind: KindCluster | None = None
     image: str | None = None
     sim_image: str | None = None
+    llama_image: str | None = None
 
     def admin_config(self) -> ClientConfig:
         return ClientConfig.from_kubeconfig(self.admin_kubeconfig)
@@ -114,6 +116,7 @@ def start_kind(name: str, workdir: Path) -> TestCluster:
     tools = Path(hack("build-kind-tools.sh"))
     image = hack("build-image.sh")
     sim_image = hack("build-image.sh", "--sim")
+    llama_image = hack("build-image.sh", "--llama-server")
     config = workdir / "kind-config.yaml"
     config.write_text(
         subprocess.run(
@@ -128,9 +131,15 @@ def start_kind(name: str, workdir: Path) -> TestCluster:
     cluster = KindCluster(name, kind_path=tools / "kind", kubectl_path=kubectl)
     cluster.create(config)
     cluster.load_docker_image(image)
-    cluster.load_docker_image(sim_image)
+    for member_image in (sim_image, llama_image):
+        cluster.load_docker_image(member_image)
     return TestCluster(
-        "kind", Path(cluster.kubeconfig_path), kind=cluster, image=image, sim_image=sim_image
+        "kind",
+        Path(cluster.kubeconfig_path),
+        kind=cluster,
+        image=image,
+        sim_image=sim_image,
+        llama_image=llama_image,
     )
 
 

@@ -192,16 +192,20 @@ async def test_activation_rbac_follows_the_installed_cluster_role_without_a_rest
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
 
 
-def member(name: str, image: str) -> dict[str, Any]:
-    """A member whose pod runs the simulator image with the operator's llama-server arguments."""
+def member(name: str, cluster: TestCluster, server: str, source: str) -> dict[str, Any]:
+    """A member whose pod runs ``server`` from its image with the operator's llama-server
+    arguments: the simulator, or the real llama-server serving a tiny model the image carries."""
+    real = server == "llama-server"
+    image = cluster.llama_image if real else cluster.sim_image
+    assert image is not None
     return {
         "apiVersion": "inference.modelpool.dev/v1alpha1",
         "kind": "InferenceService",
         "metadata": {"name": name},
         "spec": {
-            "model": {"name": name, "source": f"/models/{name}.gguf"},
+            "model": {"name": name, "source": source},
             "image": image,
-            "args": ["--sim-load-seconds", "2"],
+            "args": ["--threads", "1"] if real else ["--sim-load-seconds", "2"],
         },
     }
 
@@ -232,17 +236,33 @@ async def ask_in_cluster(
     return dict(json.loads(out.strip().splitlines()[-1]))
 
 
-async def test_a_request_through_the_routers_service_swaps_the_pool_with_three_proxies(
+async def test_a_request_through_the_routers_service_swaps_simulator_members(
     admin: KubeClient, cluster: TestCluster, namespace: str, operator_pod: str
 ) -> None:
+    await swap_through_the_service(admin, cluster, namespace, "simulator")
+
+
+async def test_a_request_through_the_routers_service_swaps_real_llama_server_members(
+    admin: KubeClient, cluster: TestCluster, namespace: str, operator_pod: str
+) -> None:
+    await swap_through_the_service(admin, cluster, namespace, "llama-server")
+
+
+async def swap_through_the_service(
+    admin: KubeClient, cluster: TestCluster, namespace: str, member_server: str
+) -> None:
+    """A pool of two members behind a router with three proxy replicas: a request for the parked
+    member, sent from a pod through the router's Service, is held, the pool drains the resident
+    through the idle gate and brings the target up, and the target answers; the invariant monitor
+    watches the member pods in watch order throughout."""
     assert cluster.image is not None
-    assert cluster.sim_image is not None
     monitor = PoolInvariantMonitor(
         cluster.admin_config(), namespace, sample_processes=False
     ).start()
     try:
-        for name in ("a", "b"):
-            await admin.create(ISVCS, member(name, cluster.sim_image), namespace)
+        for name, seed in (("a", 1), ("b", 2)):
+            body = member(name, cluster, member_server, f"/models/tiny-{seed}.gguf")
+            await admin.create(ISVCS, body, namespace)
         pool = {
             "apiVersion": "inference.modelpool.dev/v1alpha1",
             "kind": "ModelPool",
