@@ -33,6 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "preflight": ("controlplane.preflight.command", "run"),
     "router-proxy": ("controlplane.router.command", "run"),
     "sim": ("controlplane.sim.command", "run"),
+    "llama-sim": ("controlplane.sim.llamacommand", "run"),
     "sim-node": ("controlplane.standin.command", "run"),
     "tiny-model": ("controlplane.envtest.tinymodel", "run"),
 }

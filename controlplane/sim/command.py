@@ -124,9 +124,14 @@ def settings_from(args: argparse.Namespace) -> SimSettings:
 
 def run(args: argparse.Namespace) -> int:
     """Run a llama.cpp-compatible server simulator until SIGTERM (tests and demos)."""
+    serve(settings_from(args))
+
+
+def serve(settings: SimSettings) -> NoReturn:
+    """Serve ``settings`` until SIGTERM (the server's imports are paid only here), then exit."""
     from controlplane.sim.server import run_simulator
 
-    anyio.run(run_simulator, settings_from(args))
+    anyio.run(run_simulator, settings)
     _exit_at_once()
 
 
