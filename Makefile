@@ -10,8 +10,8 @@ JAEGER = $(shell hack/build-jaeger.sh 2>/dev/null | tail -n 1)
 # The real llama.cpp server (contract tests, real-server members), cached by version the same way.
 LLAMA_SERVER = $(shell hack/build-llama-server.sh 2>/dev/null | tail -n 1)
 
-.PHONY: help venv controlplane-bins jaeger-bin llama-server test test-unit test-e2e lint demo dev clean bench bench-proxy bench-kv-swap bench-router-mode \
-	manifests check-rbac image kind-up deploy undeploy kind-down
+.PHONY: help venv controlplane-bins jaeger-bin llama-server test test-unit test-e2e lint demo dev clean bench bench-proxy \
+	bench-kv-swap bench-router-mode manifests check-rbac test-kind image kind-up deploy undeploy kind-down
 
 help:
 	@echo "make demo               run the whole system locally and show it working"
@@ -20,6 +20,7 @@ help:
 	@echo "make test               unit + e2e tests (builds the control plane on first use)"
 	@echo "make test-unit          unit tests only (no network)"
 	@echo "make test-e2e           e2e tests against a real kube-apiserver + etcd"
+	@echo "make test-kind          the e2e suite's kind tier (a kind cluster built here, operator in it)"
 	@echo "make lint               ruff, mypy --strict, import contracts, check-rbac"
 	@echo "make manifests          regenerate manifests/crd and manifests/rbac from the code"
 	@echo "make check-rbac         prove the RBAC manifests are enough for the code, and no more"
@@ -62,6 +63,10 @@ test-unit: venv
 test-e2e: venv controlplane-bins jaeger-bin llama-server
 	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" LLAMA_SERVER_BINARY="$(LLAMA_SERVER)" \
 		$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+
+# The kind tier (docs/kind.md): the same suite with --cluster=kind; builds the images on first use.
+test-kind: venv controlplane-bins
+	$(BIN)/pytest tests/e2e --cluster=kind --cluster-name=modelpool-e2e $(PYTEST_ARGS)
 
 manifests: venv
 	hack/gen-manifests
@@ -111,7 +116,7 @@ bench-router-mode: venv controlplane-bins llama-server
 		$(BENCH_ARGS)
 
 # The cluster tier (docs/kind.md): every image and the kind node are built here, no registry.
-image:
+image: venv
 	hack/build-image.sh
 
 kind-up:

@@ -11,14 +11,26 @@
 #
 # The tag is a hash of what went in (the wheels and the root's package list), so a code change
 # gives a new tag and `make deploy` rolls it out. IMAGE_REPOSITORY names the repository.
-# Prints the image reference (repository:tag) on its last line of stdout.
+# Prints the image reference (repository:tag) on its last line of stdout. With --sim, it also
+# builds the member simulator image, the same contents with `controlplane llama-sim` as its
+# entrypoint (it takes the llama-server arguments the operator gives a member), and prints that.
+# With --llama-server, it builds the member image of the real server instead: llama-server
+# (hack/build-llama-server.sh) as entrypoint and two tiny models in /models (tiny-1.gguf,
+# tiny-2.gguf, from `controlplane tiny-model`), and prints that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SUITE="${DEBIAN_SUITE:-bookworm}"
 IMAGE_REPOSITORY="${IMAGE_REPOSITORY:-modelpool.dev/controlplane}"
+SIM_REPOSITORY="${SIM_REPOSITORY:-modelpool.dev/llama-sim}"
 CACHE_ROOT="${CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/modelpool-controlplane}"
-BASE_ROOT="$CACHE_ROOT/rootfs/python-${SUITE}"
+# python3 for the project; libgomp1 for llama-server (the --llama-server image).
+PACKAGES=python3,python3-venv,ca-certificates,libgomp1
+BASE_ROOT="$CACHE_ROOT/rootfs/python-${SUITE}-$(echo "$PACKAGES" | sha256sum | cut -c1-8)"
+LLAMA_REPOSITORY="${LLAMA_REPOSITORY:-modelpool.dev/llama-server}"
+#: The tiny models the llama-server image carries (controlplane tiny-model), one per seed.
+TINY_SEEDS=(1 2)
+TINY_CONTEXT=2048
 PYTHON="${PYTHON:-python3}"
 UID_GID=65532
 
@@ -34,7 +46,7 @@ if [ ! -x "$BASE_ROOT/usr/bin/python3" ]; then
     || die "apt-get install debootstrap failed"
   log "making a Debian $SUITE root with python3 (debootstrap, a few minutes, cached)"
   rm -rf "$BASE_ROOT.tmp" && mkdir -p "$(dirname "$BASE_ROOT")"
-  debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates "$SUITE" "$BASE_ROOT.tmp" >&2 \
+  debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$BASE_ROOT.tmp" >&2 \
     || die "debootstrap failed (log: $BASE_ROOT.tmp/debootstrap/debootstrap.log)"
   chroot "$BASE_ROOT.tmp" groupadd --system --gid "$UID_GID" controlplane
   chroot "$BASE_ROOT.tmp" useradd --system --uid "$UID_GID" --gid "$UID_GID" --no-create-home \
@@ -49,9 +61,51 @@ log "building wheels of the project and its pinned dependencies"
 SOURCE_DATE_EPOCH=315532800 "$PYTHON" -m pip wheel --quiet --wheel-dir "$work/wheels" . >&2 || die "pip wheel failed"
 tag=$( { (cd "$work/wheels" && sha256sum ./*.whl); chroot "$BASE_ROOT" dpkg-query -W; } | sha256sum | cut -c1-12)
 image="$IMAGE_REPOSITORY:dev-$tag"
+# The member images: local builds over the project image (nothing pulled).
+llama_server_image() {
+  local binary ref context seed model
+  binary=$(hack/build-llama-server.sh | tail -n 1)
+  ref="$LLAMA_REPOSITORY:dev-$tag-$("$binary" --version 2>&1 | sed -n 's/.*commit \([0-9a-f]*\).*/\1/p' | head -n 1)"
+  if ! docker image inspect "$ref" >/dev/null 2>&1; then
+    context=$(mktemp -d)
+    cp "$binary" "$context/llama-server"
+    mkdir "$context/models"
+    for seed in "${TINY_SEEDS[@]}"; do
+      model=$("${CONTROLPLANE:-.venv/bin/controlplane}" tiny-model --seed "$seed" --context-length "$TINY_CONTEXT" | tail -n 1)
+      cp "$model" "$context/models/tiny-$seed.gguf"
+    done
+    printf '%s\n' "FROM $image" "COPY llama-server /opt/llama/llama-server" "COPY models/ /models/" \
+      'ENTRYPOINT ["/opt/llama/llama-server"]' 'CMD []' >"$context/Dockerfile"
+    docker build -q -t "$ref" "$context" >/dev/null
+    rm -rf "$context"
+    docker images "$LLAMA_REPOSITORY" --format '{{.Repository}}:{{.Tag}}' | grep -vx "$ref" \
+      | xargs -r docker rmi >/dev/null 2>&1 || true
+    log "built $ref"
+  fi
+  echo "$ref"
+}
+
+finish() {
+  if [ "${1:-}" = "--llama-server" ]; then
+    llama_server_image
+  elif [ "${1:-}" = "--sim" ]; then
+    local sim="$SIM_REPOSITORY:dev-$tag"
+    if ! docker image inspect "$sim" >/dev/null 2>&1; then
+      printf 'FROM %s\nENTRYPOINT ["controlplane", "llama-sim"]\nCMD []\n' "$image" \
+        | docker build -q -t "$sim" - >/dev/null
+      docker images "$SIM_REPOSITORY" --format '{{.Repository}}:{{.Tag}}' | grep -vx "$sim" \
+        | xargs -r docker rmi >/dev/null 2>&1 || true
+      log "built $sim"
+    fi
+    echo "$sim"
+  else
+    echo "$image"
+  fi
+  exit 0
+}
 if docker image inspect "$image" >/dev/null 2>&1; then
   log "image present: $image (nothing to build)"
-  echo "$image"; exit 0
+  finish "$@"
 fi
 
 root="$work/root"
@@ -79,4 +133,4 @@ docker images "$IMAGE_REPOSITORY" --format '{{.Repository}}:{{.Tag}}' | grep -vx
   | xargs -r docker rmi >/dev/null 2>&1 || true
 size=$(docker image inspect "$image" --format '{{.Size}}')
 log "built $image in $(( $(date +%s) - start )) s, $(( size / 1000000 )) MB"
-echo "$image"
+finish "$@"

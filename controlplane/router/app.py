@@ -1,14 +1,24 @@
-"""The OpenAI-compatible HTTP surface of the router-proxy (starlette).
+"""The OpenAI-compatible HTTP surface of the router-proxy (a thin ASGI app, starlette beside it).
 
 ``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/embeddings`` are proxied: the body is
 read up to ``max_body_bytes`` (413 beyond, before it is all in memory) and validated (a JSON object
 with the field its path requires), its ``model`` resolved to a route, and only then is the
-activator asked for a ready upstream: bad input never moves the slot. The upstream response is
-streamed back as it comes (SSE included), the member's in-flight count held until the body is
-closed. Every answer is one audit line and one ``modelpool_proxy_requests_total`` sample whose
-``reason`` is the error code the proxy answered with, or ``upstream`` for the member's own answer.
-``GET /v1/models`` lists the models, ``/healthz``, ``/readyz`` and ``/metrics`` serve probes and
-Prometheus.
+activator asked for a ready upstream: bad input never moves the slot. A small complete answer (a
+``content-length`` of at most :data:`WHOLE_ANSWER_MAX_BYTES`, not an event stream) is read whole
+and sent as one response; anything else is streamed back as it comes (SSE included). The member's
+in-flight count is held until its body is closed. Every answer is one
+``modelpool_proxy_requests_total`` sample whose ``reason`` is the error code the proxy answered
+with, or ``upstream`` for the member's own answer, and one audit line: at INFO for errors and
+non-2xx answers, at DEBUG for 2xx ones unless ``audit_successes`` (``--audit-successes``) asks
+for them at INFO. ``GET /v1/models`` lists the models, ``/healthz``, ``/readyz`` and ``/metrics``
+serve probes and Prometheus.
+
+*Why the proxied paths bypass starlette:* the proxy's requests/s is CPU-bound on one core, and
+starlette's router, request object and per-response task group cost about a third of it
+(bench/README.md, "Data path"). Those paths are one ASGI function that calls the upstream
+transport directly (no client layers: redirects, auth, cookies); starlette keeps the other routes
+and the 404/405 answers. The routing table is rebuilt only when the caches it is read from
+changed (``ProxyContext.generation``).
 
 **Spans** (OpenTelemetry HTTP semantic conventions): each proxied request is a ``request``
 span (kind SERVER) started from the request's W3C ``traceparent``, with
@@ -26,9 +36,12 @@ streams pass untouched.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from opentelemetry import propagate, trace
@@ -42,7 +55,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from controlplane.router import metrics
-from controlplane.router.activator import Activator
+from controlplane.router.activator import Activator, Notifier
 from controlplane.router.errors import (
     MEMBER_ERROR_MAX_BYTES,
     InvalidRequest,
@@ -54,7 +67,7 @@ from controlplane.router.errors import (
     UpstreamError,
     member_error_body,
 )
-from controlplane.router.routing import Lookup, resolve, routing_table, validate_body
+from controlplane.router.routing import Lookup, RoutingTable, routing_table, validate_body
 from controlplane.router.routing import Route as BackendRoute
 from controlplane.runtime.metrics import REGISTRY, FilteredRegistry
 from controlplane.runtime.objects import ObjectView
@@ -68,10 +81,21 @@ UPSTREAM_TIMEOUT = httpx.Timeout(connect=5.0, read=600.0, write=60.0, pool=10.0)
 PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 #: Request headers passed upstream (hop-by-hop and length headers are not).
 FORWARDED_REQUEST_HEADERS = ("content-type", "accept", "authorization", "user-agent")
+#: Without tracing the proxy is no hop of the trace: the client's context goes on as it came.
+UNTRACED_REQUEST_HEADERS = (*FORWARDED_REQUEST_HEADERS, "traceparent", "tracestate")
 FORWARDED_RESPONSE_HEADERS = ("content-type", "content-encoding", "cache-control")
 #: The largest request body accepted by default: far above any prompt a context window holds,
 #: far below the proxy's memory limit.
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+#: How often a request that never reached a stopping pool member is dispatched again, and how
+#: long each retry waits for the caches to change first.
+UNSENT_RETRIES = 2
+UNSENT_RETRY_WAIT_SECONDS = 1.0
+#: Parsed member URLs kept (members come and go: the memo is emptied past this).
+MEMBER_URLS_KEPT = 256
+#: A member's answer of at most this declared length (not an event stream) is read whole and sent
+#: as one response; longer or unsized answers are streamed.
+WHOLE_ANSWER_MAX_BYTES = 1024 * 1024
 
 
 @dataclass
@@ -83,6 +107,15 @@ class ProxyContext:
     isvcs: Lookup
     not_ready: Callable[[], list[str]]
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    #: A number that changes whenever the router, a pool or an InferenceService in the caches
+    #: does; None rebuilds the routing table on every request.
+    generation: Callable[[], int] | None = None
+    #: Log the audit line of 2xx answers at INFO (default DEBUG; the metric counts them anyway).
+    audit_successes: bool = False
+    #: Whether spans are exported (:func:`~controlplane.runtime.tracing.configure_tracing`);
+    #: without, the proxied path makes no ``request`` or ``forward`` span at all (no-op spans
+    #: and their context switches cost about a tenth of a request's CPU).
+    tracing: bool = True
 
 
 #: Families the proxy does not expose: it runs no controller and no leader election, but shares
@@ -102,16 +135,23 @@ class _MetricsEndpoint:
         await self._app(scope, receive, send)
 
 
-def audit(model: str, status: int, reason: str, detail: str = "") -> None:
-    """One line and one metric sample per answer, by outcome reason."""
+def audit(
+    model: str, status: int, reason: str, detail: str = "", *, successes_at_info: bool = False
+) -> None:
+    """One metric sample and one line per answer, by outcome reason: the line of a 2xx answer
+    at DEBUG unless ``successes_at_info`` (at thousands of requests a second it is the
+    counter's job; errors and non-2xx answers stay at INFO)."""
     metrics.PROXY_REQUESTS.labels(model, str(status), reason).inc()
-    log.info(
-        "request answered: model=%s status=%d reason=%s%s",
-        model,
-        status,
-        reason,
-        f" ({detail})" if detail else "",
-    )
+    level = logging.INFO if successes_at_info or not 200 <= status < 300 else logging.DEBUG
+    if log.isEnabledFor(level):
+        log.log(
+            level,
+            "request answered: model=%s status=%d reason=%s%s",
+            model,
+            status,
+            reason,
+            f" ({detail})" if detail else "",
+        )
 
 
 def _error(err: ProxyError, model: str) -> Response:
@@ -141,13 +181,13 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
 
 
-def _rewrites_error(upstream: httpx.Response) -> bool:
+def _rewrites_error(status: int, headers: Mapping[str, str]) -> bool:
     """A member's error answer that is rewritten: 4xx/5xx, not an event stream, not too long."""
-    if upstream.status_code < 400:
+    if status < 400:
         return False
-    if upstream.headers.get("content-type", "").startswith("text/event-stream"):
+    if headers.get("content-type", "").startswith("text/event-stream"):
         return False
-    length = upstream.headers.get("content-length")
+    length = headers.get("content-length")
     return length is None or not length.isdigit() or int(length) <= MEMBER_ERROR_MAX_BYTES
 
 
@@ -161,94 +201,175 @@ async def _read_error_body(upstream: httpx.Response) -> bytes:
     return bytes(body[:MEMBER_ERROR_MAX_BYTES])
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+class ClientGone(Exception):
+    """The client disconnected before its request body was read: nobody to answer."""
+
+
+async def read_body(headers: Mapping[str, str], receive: Receive, limit: int) -> bytes:
     """The body, refused with 413 as soon as it is known to exceed ``limit`` bytes."""
-    declared = request.headers.get("content-length")
+    declared = headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
             raise InvalidRequest(f"Content-Length must be a number of bytes, got {declared!r}")
         if int(declared) > limit:
             raise RequestTooLarge(f"The request body ({declared} bytes) exceeds {limit} bytes")
-    body = bytearray()
-    async for chunk in request.stream():
+    body = b""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk: bytes = message.get("body", b"")
         body += chunk
         if len(body) > limit:
             raise RequestTooLarge(f"The request body exceeds {limit} bytes")
-    return bytes(body)
+        if not message.get("more_body", False):
+            return body
 
 
-def build_app(context: ProxyContext, activator: Activator, http: httpx.AsyncClient) -> Starlette:
-    async def proxy(request: Request) -> Response:
-        parent = propagate.extract(dict(request.headers))
-        attributes = {
-            "http.request.method": request.method,
-            "url.path": request.url.path,
-            "http.route": request.url.path,
-        }
+def _whole(headers: Mapping[str, str]) -> bool:
+    """A member's answer sent as one response: sized, small, not an event stream."""
+    length = headers.get("content-length")
+    if length is None or not length.isdigit() or int(length) > WHOLE_ANSWER_MAX_BYTES:
+        return False
+    return not headers.get("content-type", "").startswith("text/event-stream")
+
+
+async def _read_raw(upstream: httpx.Response) -> bytes:
+    return b"".join([chunk async for chunk in upstream.aiter_raw()])
+
+
+def _plain_headers(upstream: httpx.Response) -> dict[str, str]:
+    """The member's answer headers as one dict (lower-case names; the last of a repeated one):
+    httpx's ``Headers`` scans its list on every look-up."""
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in upstream.headers.raw}
+
+
+def _response_headers(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
+    return [
+        (name.encode(), value.encode("latin-1"))
+        for name in FORWARDED_RESPONSE_HEADERS
+        if (value := headers.get(name)) is not None
+    ]
+
+
+async def _send_whole(
+    send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> None:
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class ProxyApp:
+    """The router-proxy's ASGI app: the proxied paths handled here, the rest by starlette."""
+
+    def __init__(
+        self, context: ProxyContext, activator: Activator, transport: httpx.AsyncBaseTransport
+    ) -> None:
+        self.context = context
+        self.activator = activator
+        self.transport = transport
+        self.routing = RoutingTable(context.router, context.pools, context.isvcs)
+        self._generation: int | None = None
+        self._timeout = UPSTREAM_TIMEOUT.as_dict()
+        #: Parsed member URLs by text (a handful of members; parsing one costs ~20 µs).
+        self._urls: dict[str, httpx.URL] = {}
+        self.others = _starlette_app(context)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path not in PROXIED_PATHS:
+            await self.others(scope, receive, send)
+        elif scope["method"] != "POST":
+            err = MethodNotAllowed(f"{scope['method']} is not allowed on {path}", allow="POST")
+            await _send_whole(send, err.status, *_json(err.body(), err.headers()))
+        else:
+            await self.proxy(scope, receive, send)
+
+    async def proxy(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """One proxied request in its ``request`` span, from the client's trace context."""
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        path = scope["path"]
+        if not self.context.tracing:
+            with contextlib.suppress(ClientGone):
+                await self._proxied(trace.INVALID_SPAN, path, headers, receive, send, scope)
+            return
+        attributes = {"http.request.method": "POST", "url.path": path, "http.route": path}
         with tracer.start_as_current_span(
-            "request", context=parent, kind=trace.SpanKind.SERVER, attributes=attributes
-        ):
-            return await proxied(request)
-
-    async def forward(
-        request: Request, route: BackendRoute, url: str, raw: bytes
-    ) -> httpx.Response:
-        """The member's response (streamed), in a ``forward`` span whose context it carries."""
-        full = url + request.url.path
-        attributes = {
-            "http.request.method": "POST",
-            "url.full": full,
-            "server.address": httpx.URL(url).host,
-            "modelpool.member": route.member,
-            "modelpool.pool": route.pool or "",
-        }
-        with tracer.start_as_current_span(
-            "forward", kind=trace.SpanKind.CLIENT, attributes=attributes
+            "request",
+            context=propagate.extract(headers),
+            kind=trace.SpanKind.SERVER,
+            attributes=attributes,
         ) as span:
-            headers = {k: v for k, v in request.headers.items() if k in FORWARDED_REQUEST_HEADERS}
-            propagate.inject(headers)  # the member's request carries the forward span's context
             try:
-                upstream = await http.send(
-                    http.build_request("POST", full, content=raw, headers=headers), stream=True
-                )
-            except httpx.HTTPError as err:
-                span.set_status(trace.StatusCode.ERROR, type(err).__name__)
-                raise UpstreamError(f"{route.member} at {url}: {err}") from err
-            span.set_attribute("http.response.status_code", upstream.status_code)
-            if upstream.status_code >= 500:
-                span.set_status(trace.StatusCode.ERROR, str(upstream.status_code))
-            return upstream
+                await self._proxied(span, path, headers, receive, send, scope)
+            except ClientGone:
+                span.set_attribute("modelpool.reason", "client_gone")
 
-    async def proxied(request: Request) -> Response:
-        span = trace.get_current_span()
+    def _route(self, model: str | None) -> BackendRoute:
+        generation = self.context.generation
+        if generation is None:
+            self.routing.invalidate()
+        elif (current := generation()) != self._generation:
+            self.routing.invalidate()
+            self._generation = current
+        return self.routing.resolve(model)
+
+    async def _proxied(
+        self,
+        span: trace.Span,
+        path: str,
+        headers: dict[str, str],
+        receive: Receive,
+        send: Send,
+        scope: Scope,
+    ) -> None:
+        context = self.context
         model = ""
         try:
             if reasons := context.not_ready():
                 raise ProxyNotReady("the proxy is not ready: " + "; ".join(reasons))
-            raw = await read_body(request, context.max_body_bytes)
-            body = validate_body(raw, request.url.path)
-            router = context.router()
-            if router is None:
-                raise ProxyNotReady("the ModelRouter is not found")
-            requested = body.get("model")
-            route = resolve(requested, router, context.pools, context.isvcs)
+            raw = await read_body(headers, receive, context.max_body_bytes)
+            body = validate_body(raw, path)
+            route = self._route(body.get("model"))
             model = route.model
             span.set_attribute("modelpool.model", model)
             span.set_attribute("modelpool.member", route.member)
             span.set_attribute("modelpool.pool", route.pool or "")
-            url = await activator.upstream(route)
-            release = activator.inflight.track(route.member)
-            try:
-                upstream = await forward(request, route, url, raw)
-            except UpstreamError:
-                release()
-                raise
+            upstream, url, release = await self._dispatch(path, headers, route, raw)
         except ProxyError as err:
-            return _error(err, model or "-")
+            await _error(err, model or "-")(scope, receive, send)
+            return
 
         async def close() -> None:
             await upstream.aclose()
             release()
+
+        span.set_attribute("http.response.status_code", upstream.status_code)
+        span.set_attribute("modelpool.reason", "upstream")
+        answer_headers = _plain_headers(upstream)
+        status, rewrite = (
+            upstream.status_code,
+            _rewrites_error(upstream.status_code, answer_headers),
+        )
+        if rewrite or _whole(answer_headers):
+            try:
+                answer = await (_read_error_body if rewrite else _read_raw)(upstream)
+            except httpx.HTTPError as err:  # the member failed mid-answer, before we answered
+                await _error(UpstreamError(f"{route.member} at {url}: {err}"), model)(
+                    scope, receive, send
+                )
+                return
+            finally:
+                await close()
+            audit(model, status, "upstream", successes_at_info=context.audit_successes)
+            if rewrite:
+                kept = {k: v for k, v in answer_headers.items() if k == "cache-control"}
+                encoded, answer = _json(member_error_body(answer, status), kept)
+                await _send_whole(send, status, encoded, answer)
+            else:
+                await _send_whole(send, status, _response_headers(answer_headers), answer)
+            return
 
         async def passthrough() -> AsyncIterator[bytes]:
             try:
@@ -257,25 +378,114 @@ def build_app(context: ProxyContext, activator: Activator, http: httpx.AsyncClie
             finally:
                 await close()
 
-        audit(model, upstream.status_code, "upstream")
-        span.set_attribute("http.response.status_code", upstream.status_code)
-        span.set_attribute("modelpool.reason", "upstream")
-        if _rewrites_error(upstream):
-            try:
-                raw_error = await _read_error_body(upstream)
-            finally:
-                await close()
-            return JSONResponse(
-                member_error_body(raw_error, upstream.status_code),
-                status_code=upstream.status_code,
-                headers={k: v for k, v in upstream.headers.items() if k == "cache-control"},
-            )
-        return StreamingResponse(
+        audit(model, status, "upstream", successes_at_info=context.audit_successes)
+        streamed = StreamingResponse(
             passthrough(),
             status_code=upstream.status_code,
-            headers={k: v for k, v in upstream.headers.items() if k in FORWARDED_RESPONSE_HEADERS},
+            headers={k: v for k, v in answer_headers.items() if k in FORWARDED_RESPONSE_HEADERS},
             background=BackgroundTask(close),
         )
+        await streamed(scope, receive, send)  # watches for the client leaving mid-stream
+
+    async def _dispatch(
+        self, path: str, headers: dict[str, str], route: BackendRoute, raw: bytes
+    ) -> tuple[httpx.Response, str, Callable[[], None]]:
+        """The member's answer, the URL that gave it, and the in-flight release to call when
+        its body is closed.
+
+        A pool member whose connection failed before any answer began, with what the transport
+        calls ``httpx.ConnectError`` (refused; or a kept-alive connection the member had closed
+        as it stopped, found closed when the request was written) is stopping, and its endpoint
+        is leaving the caches: the stand-in, like a kubelet, stops the process right after the
+        endpoint update, and the proxy's watch may see that update a few ms later. The request
+        goes back to the activator (which may hold it for the swap under way), after the caches'
+        next change if they still name the same address, at most :data:`UNSENT_RETRIES` times.
+        Such a request was not taken by the member, except in the rare case of a connection lost
+        while it waited for the answer's head, where a completion is computed twice: no state
+        changes either way.
+        """
+        attempts = 0
+        while True:
+            url = await self.activator.upstream(route)
+            release = self.activator.inflight.track(route.member)
+            try:
+                return await self._forward(path, headers, route, url, raw), url, release
+            except UpstreamError as err:
+                release()
+                unsent = isinstance(err.__cause__, httpx.ConnectError)
+                if route.pool is None or not unsent or attempts >= UNSENT_RETRIES:
+                    raise
+            attempts += 1
+            log.info("%s at %s took no request (stopping?); asking again", route.member, url)
+            change = self.activator.notifier.snapshot()
+            if self.activator.ready_url(route.pool, route.member) == url:  # caches not caught up
+                await Notifier.wait(change, UNSENT_RETRY_WAIT_SECONDS)
+
+    async def _forward(
+        self, path: str, headers: dict[str, str], route: BackendRoute, url: str, raw: bytes
+    ) -> httpx.Response:
+        """The member's response (streamed), in a ``forward`` span whose context it carries;
+        without tracing, no span, and the client's own trace context is passed on as it came."""
+        full = url + path
+        parsed = self._urls.get(full)
+        if parsed is None:
+            if len(self._urls) > MEMBER_URLS_KEPT:
+                self._urls.clear()
+            parsed = self._urls[full] = httpx.URL(full)
+        if not self.context.tracing:
+            sent = {k: v for k, v in headers.items() if k in UNTRACED_REQUEST_HEADERS}
+            return await self._send(route, url, parsed, sent, raw)
+        attributes = {
+            "http.request.method": "POST",
+            "url.full": full,
+            "server.address": parsed.host,
+            "modelpool.member": route.member,
+            "modelpool.pool": route.pool or "",
+        }
+        with tracer.start_as_current_span(
+            "forward", kind=trace.SpanKind.CLIENT, attributes=attributes
+        ) as span:
+            sent = {k: v for k, v in headers.items() if k in FORWARDED_REQUEST_HEADERS}
+            propagate.inject(sent)  # the member's request carries the forward span's context
+            try:
+                upstream = await self._send(route, url, parsed, sent, raw)
+            except UpstreamError as err:
+                span.set_status(trace.StatusCode.ERROR, type(err.__cause__).__name__)
+                raise
+            span.set_attribute("http.response.status_code", upstream.status_code)
+            if upstream.status_code >= 500:
+                span.set_status(trace.StatusCode.ERROR, str(upstream.status_code))
+            return upstream
+
+    async def _send(
+        self, route: BackendRoute, url: str, parsed: httpx.URL, headers: dict[str, str], raw: bytes
+    ) -> httpx.Response:
+        request = httpx.Request(
+            "POST", parsed, content=raw, headers=headers, extensions={"timeout": self._timeout}
+        )
+        try:
+            return await self.transport.handle_async_request(request)
+        except httpx.HTTPError as err:
+            raise UpstreamError(f"{route.member} at {url}: {err}") from err
+
+
+def _json(body: Any, headers: Mapping[str, str]) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """Headers and bytes of a JSON answer, for :func:`_send_whole`."""
+    encoded = [(k.lower().encode(), v.encode("latin-1")) for k, v in headers.items()]
+    encoded.append((b"content-type", b"application/json"))
+    return encoded, json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def build_app(
+    context: ProxyContext, activator: Activator, transport: httpx.AsyncBaseTransport
+) -> ProxyApp:
+    """The proxy app; ``transport`` carries requests to members (closed by its owner)."""
+    return ProxyApp(context, activator, transport)
+
+
+def _starlette_app(context: ProxyContext) -> Starlette:
+    """The routes that are not proxied: models, probes, metrics, and 404/405 in the proxy's
+    error shape."""
 
     async def models(_: Request) -> Response:
         router = context.router()
@@ -292,8 +502,7 @@ def build_app(context: ProxyContext, activator: Activator, http: httpx.AsyncClie
             return JSONResponse({"ready": False, "reasons": reasons}, status_code=503)
         return PlainTextResponse("ok")
 
-    routes = [Route(path, proxy, methods=["POST"]) for path in PROXIED_PATHS]
-    routes += [
+    routes = [
         Route("/v1/models", models, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),

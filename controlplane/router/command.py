@@ -56,6 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_UPSTREAM_CLIENT,
         help="what forwards requests to members (aiohttp is the faster; httpx for comparison)",
     )
+    parser.add_argument(
+        "--audit-successes",
+        action="store_true",
+        help="log each 2xx answer's audit line at INFO (default DEBUG; errors are always INFO)",
+    )
 
 
 def settings_from(args: argparse.Namespace) -> RouterProxySettings:
@@ -69,6 +74,7 @@ def settings_from(args: argparse.Namespace) -> RouterProxySettings:
         lease_duration_seconds=args.lease_duration_seconds,
         max_body_bytes=args.max_body_bytes,
         upstream_client=args.upstream_client,
+        audit_successes=args.audit_successes,
     )
 
 

@@ -21,11 +21,7 @@ from controlplane.api.v1alpha1.activation import POOL_LABEL
 from controlplane.preflight import Component
 from controlplane.process import default_identity, gate_on_preflight
 from controlplane.router.activator import Activator, Notifier
-from controlplane.router.app import (
-    UPSTREAM_TIMEOUT,
-    ProxyContext,
-    build_app,
-)
+from controlplane.router.app import ProxyContext, build_app
 from controlplane.router.lease import LeaseCoordinator
 from controlplane.router.settings import RouterProxySettings
 from controlplane.router.upstream import AiohttpTransport
@@ -34,7 +30,7 @@ from controlplane.runtime.endpoints import member_urls
 from controlplane.runtime.httpserver import bind, serve
 from controlplane.runtime.informer import DeletedFinalStateUnknown, Informer
 from controlplane.runtime.manager import Manager, ManagerOptions
-from controlplane.runtime.objects import Object
+from controlplane.runtime.objects import Object, ObjectView
 from controlplane.runtime.resources import ENDPOINT_SLICES, LEASES
 from controlplane.runtime.tracing import configure_tracing
 
@@ -57,8 +53,29 @@ class _Wake:
         self.notifier.notify()
 
 
+class _Count:
+    """An informer handler that counts changes (the routing table's generation)."""
+
+    def __init__(self) -> None:
+        self.changes = 0
+
+    def on_add(self, obj: Object, initial: bool) -> None:
+        self.changes += 1
+
+    def on_update(self, old: Object, new: Object) -> None:
+        self.changes += 1
+
+    def on_delete(self, obj: Object | DeletedFinalStateUnknown) -> None:
+        self.changes += 1
+
+
 class CacheView:
-    """Reads of the proxy's namespace from the informer caches."""
+    """Reads of the proxy's namespace from the informer caches.
+
+    The router, pools and InferenceServices are handed out read-only (``ObjectView``) and
+    decoded once per resourceVersion: every proxied request reads them (routing, the resident
+    check), and a store read decodes a fresh copy each time.
+    """
 
     def __init__(
         self,
@@ -72,19 +89,52 @@ class CacheView:
         self.namespace = namespace
         self.router_name = router
         self._routers, self._pools, self._isvcs, self._slices = routers, pools, isvcs, slices
+        self._decoded: dict[tuple[int, str], tuple[str, ObjectView]] = {}
+        self._changes = _Count()
+        for informer in (routers, pools, isvcs):
+            informer.add_handler(self._changes)
+        self._slice_changes = _Count()
+        slices.add_handler(self._slice_changes)
+        self._urls: dict[str, tuple[int, list[str]]] = {}
 
-    def router(self) -> Object | None:
-        return self._routers.store.get(f"{self.namespace}/{self.router_name}")
+    def generation(self) -> int:
+        """Changes whenever the router, a pool or an InferenceService in the caches does."""
+        return self._changes.changes
 
-    def pool(self, name: str) -> Object | None:
-        return self._pools.store.get(f"{self.namespace}/{name}")
+    def _read(self, informer: Informer, name: str) -> ObjectView | None:
+        key = f"{self.namespace}/{name}"
+        version = informer.store.resource_version(key)
+        if version is None:
+            return None
+        memo = (id(informer), key)
+        known = self._decoded.get(memo)
+        if known is not None and known[0] == version:
+            return known[1]
+        obj = informer.store.get(key)
+        if obj is None:
+            return None
+        self._decoded[memo] = (version, obj)
+        return obj
 
-    def isvc(self, name: str) -> Object | None:
-        return self._isvcs.store.get(f"{self.namespace}/{name}")
+    def router(self) -> ObjectView | None:
+        return self._read(self._routers, self.router_name)
+
+    def pool(self, name: str) -> ObjectView | None:
+        return self._read(self._pools, name)
+
+    def isvc(self, name: str) -> ObjectView | None:
+        return self._read(self._isvcs, name)
 
     def member_urls(self, member: str) -> list[str]:
-        """By index, through the one function the pool controller uses too."""
-        return member_urls(self._slices.store, self.namespace, member)
+        """By index, through the one function the pool controller uses too; kept until an
+        EndpointSlice changes (the handler runs as the store changes, before any other read)."""
+        generation = self._slice_changes.changes
+        known = self._urls.get(member)
+        if known is not None and known[0] == generation:
+            return list(known[1])
+        urls = member_urls(self._slices.store, self.namespace, member)
+        self._urls[member] = (generation, urls)
+        return list(urls)
 
 
 class ProxyServer:
@@ -92,17 +142,21 @@ class ProxyServer:
 
     needs_leader_election = False
 
-    def __init__(self, app: Any, sock: socket.socket, http: httpx.AsyncClient) -> None:
-        self.app, self.sock, self.http = app, sock, http
+    def __init__(self, app: Any, sock: socket.socket, transport: httpx.AsyncBaseTransport) -> None:
+        self.app, self.sock, self.transport = app, sock, transport
 
     async def start(self) -> None:
-        async with self.http:
+        async with self.transport:
             host, port = self.sock.getsockname()[:2]
             log.info("router-proxy listening on http://%s:%d", host, port)
-            await serve(self.app, [self.sock])
+            # Its own audit line, not uvicorn's access log; and it reads no client address, so
+            # uvicorn's X-Forwarded-For rewriting would be per-request work for nothing.
+            await serve(self.app, [self.sock], access_log=False, proxy_headers=False)
 
 
-def build_router_proxy(settings: RouterProxySettings) -> tuple[Manager, Activator]:
+def build_router_proxy(
+    settings: RouterProxySettings, *, tracing: bool = True
+) -> tuple[Manager, Activator]:
     config = ClientConfig.load(settings.kubeconfig)
     identity = settings.identity or default_identity()
     ns = settings.namespace
@@ -135,18 +189,28 @@ def build_router_proxy(settings: RouterProxySettings) -> tuple[Manager, Activato
         cache_dir=settings.preflight_cache_dir,
     )
     context = ProxyContext(
-        view.router, view.pool, view.isvc, manager.not_ready_reasons, settings.max_body_bytes
+        view.router,
+        view.pool,
+        view.isvc,
+        manager.not_ready_reasons,
+        settings.max_body_bytes,
+        generation=view.generation,
+        audit_successes=settings.audit_successes,
+        tracing=tracing,
     )
-    transport = AiohttpTransport() if settings.upstream_client == "aiohttp" else None
-    http = httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT, trust_env=False, transport=transport)
+    transport: httpx.AsyncBaseTransport = (
+        AiohttpTransport()
+        if settings.upstream_client == "aiohttp"
+        else httpx.AsyncHTTPTransport(trust_env=False)
+    )
     sock = bind(*settings.bind_address)
-    manager.add(ProxyServer(build_app(context, activator, http), sock, http))
+    manager.add(ProxyServer(build_app(context, activator, transport), sock, transport))
     log.info("router-proxy %s for router %s/%s", identity, ns, settings.router)
     return manager, activator
 
 
 async def run_router_proxy(settings: RouterProxySettings) -> None:
     """Run until SIGTERM; raises ``PreflightDenied`` (inside a group) on a DENIED preflight."""
-    configure_tracing("modelpool-router-proxy")
-    manager, _ = build_router_proxy(settings)
+    tracing = configure_tracing("modelpool-router-proxy")
+    manager, _ = build_router_proxy(settings, tracing=tracing)
     await manager.run_until_signal()

@@ -5,8 +5,10 @@ every member's InferenceService ``spec.model.name`` is a model the pool serves, 
 for ``qwen-2-7b`` and the proxy knows it is member ``qwen-2-7b`` of pool ``gpu-0``. No ``model``
 means the router's ``defaultBackend`` (for a pool: its resident member, else its default).
 
-Pure functions over plain dicts read from the caches: the table is rebuilt per request, so it is
-never stale relative to the caches it was read from.
+Pure functions over plain dicts read from the caches, and :class:`RoutingTable`, which keeps the
+table until told the caches changed (the proxy invalidates it on every router, pool and
+InferenceService event, so it is never stale relative to the caches it was read from, and is not
+rebuilt per request: bench/README.md, "Data path").
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 import msgspec
 
 from controlplane.api.v1alpha1.modelpool import parse_duration as parse_duration  # re-exported
-from controlplane.router.errors import InvalidRequest, ModelNotFound
+from controlplane.router.errors import InvalidRequest, ModelNotFound, ProxyNotReady
 from controlplane.runtime.objects import ObjectView
 
 #: Looks an object up by name in the router's namespace; None when absent.
@@ -76,6 +78,37 @@ def resolve(model: str | None, router: ObjectView, pools: Lookup, isvcs: Lookup)
     if route is None:
         raise ModelNotFound(f"The model `{model}` does not exist")
     return route
+
+
+class RoutingTable:
+    """:func:`routing_table` of the router, kept until :meth:`invalidate` (call it whenever the
+    router, a pool or an InferenceService changes); routes without a ``model`` (the router's
+    default, which follows the pool's resident) are resolved afresh every time."""
+
+    def __init__(
+        self, router: Callable[[], ObjectView | None], pools: Lookup, isvcs: Lookup
+    ) -> None:
+        self._router, self._pools, self._isvcs = router, pools, isvcs
+        self._table: dict[str, Route] | None = None
+
+    def invalidate(self) -> None:
+        self._table = None
+
+    def resolve(self, model: str | None) -> Route:
+        """The route for ``model``; raises :class:`ModelNotFound`, :class:`InvalidRequest`, or
+        :class:`ProxyNotReady` while the router is not in the cache."""
+        if model is not None and self._table is not None:
+            route = self._table.get(model)
+            if route is None:
+                raise ModelNotFound(f"The model `{model}` does not exist")
+            return route
+        router = self._router()
+        if router is None:
+            raise ProxyNotReady("the ModelRouter is not found")
+        if model is None:
+            return _default_route(router, self._pools, self._isvcs)
+        self._table = routing_table(router, self._pools, self._isvcs)
+        return self.resolve(model)
 
 
 def _default_route(router: ObjectView, pools: Lookup, isvcs: Lookup) -> Route:

@@ -38,3 +38,5 @@ class RouterProxySettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     #: What carries requests to members: aiohttp's pool behind httpx's interface, or httpcore's.
     upstream_client: str = DEFAULT_UPSTREAM_CLIENT
+    #: Log every 2xx answer's audit line at INFO (by default at DEBUG; errors are always INFO).
+    audit_successes: bool = False

@@ -273,8 +273,10 @@ class NodeStandIn:
         ]
         keep = [pod for pod in live if pod not in stale]
         doomed = stale + keep[desired:]
+        marked = []  # graceful deletions: Terminating until the kubelet part below ends them
         for pod in doomed:
-            await self._delete_pod(pod)  # graceful: Terminating until the kubelet part ends it
+            if (deleted := await self._delete_pod(pod)) is not None and is_terminating(deleted):
+                marked.append(deleted)
         live = [pod for pod in keep if pod not in doomed]
         if role is PodRole.MEMBER:
             if desired and not live and not pods:  # Recreate: nothing of the old one is left
@@ -296,6 +298,11 @@ class NodeStandIn:
 
         await self._write_deployment_status(deployment, live, hash_, cap)
         await self._sync_slices(deployment, backends, role)
+        # Stopped once its endpoint is out of the slice (clients stop picking it first, as a
+        # preStop hook ensures on a node), and at once: not on the next pass that the pod's
+        # watch event would queue.
+        for pod in marked:
+            await self._finish_pod(pod)
         return Result(requeue_after=requeue) if requeue is not None else Result()
 
     def _pods_of(self, request: Request) -> list[Object]:
@@ -314,13 +321,17 @@ class NodeStandIn:
         log.info("created pod %s/%s", created["metadata"]["namespace"], created["metadata"]["name"])
         return created
 
-    async def _delete_pod(self, pod: Mapping[str, Any]) -> None:
+    async def _delete_pod(self, pod: Mapping[str, Any]) -> Object | None:
+        """Graceful deletion; the pod as the API left it (Terminating), None if it was gone."""
         meta = pod["metadata"]
         try:
-            await self.client.delete(PODS, meta["name"], meta["namespace"], uid=meta["uid"])
+            deleted = await self.client.delete(
+                PODS, meta["name"], meta["namespace"], uid=meta["uid"]
+            )
         except (NotFound, Conflict):
-            return
+            return None
         log.info("deleting pod %s/%s (Terminating)", meta["namespace"], meta["name"])
+        return deleted
 
     # -- kubelet -------------------------------------------------------------------------------
 

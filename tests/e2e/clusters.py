@@ -31,15 +31,52 @@ class TestCluster:
     mode: str
     admin_kubeconfig: Path
     local: ControlPlane | None = None
-    #: kind only: the cluster, and the project image loaded into it (operator, proxy, simulator).
+    #: kind only: the cluster, the project image loaded into it (operator, proxy), and the member
+    #: images: the simulator (``controlplane llama-sim``, taking a member's llama-server arguments)
+    #: and the real llama-server with two tiny models (``/models/tiny-1.gguf``, ``tiny-2.gguf``).
     kind: KindCluster | None = None
     image: str | None = None
+    sim_image: str | None = None
+    llama_image: str | None = None
 
     def admin_config(self) -> ClientConfig:
         return ClientConfig.from_kubeconfig(self.admin_kubeconfig)
 
     def logs(self) -> dict[str, Path]:
         return self.local.logs() if self.local is not None else {}
+
+    def diagnostics(self) -> dict[str, str]:
+        """kind only: every pod's log (last lines) and the cluster's events, for a failed test."""
+        if self.kind is None:
+            return {}
+        binary = str(self.kind.kubectl_path)
+
+        def kubectl(*args: str) -> str:
+            done = subprocess.run(
+                [binary, "--kubeconfig", str(self.admin_kubeconfig), *args],
+                capture_output=True, text=True, check=False, timeout=60,
+            )  # fmt: skip
+            return str(done.stdout) + str(done.stderr)
+
+        found: dict[str, str] = {
+            "events": kubectl("get", "events", "-A", "--sort-by=.lastTimestamp")
+        }
+        pods = kubectl(
+            "get",
+            "pods",
+            "-A",
+            "--no-headers",
+            "-o",
+            "custom-columns=NS:.metadata.namespace,NAME:.metadata.name",
+        )
+        for line in pods.splitlines():
+            namespace, _, name = line.partition(" ")
+            name = name.strip()
+            if namespace and name and namespace != "kube-system":
+                found[f"pod {namespace}/{name}"] = kubectl(
+                    "-n", namespace, "logs", name, "--all-containers", "--tail=40"
+                )
+        return found
 
 
 #: ConfigMaps bypass the API server's watch cache, so a test can force ``410 Gone`` on a watch by
@@ -78,6 +115,8 @@ def start_kind(name: str, workdir: Path) -> TestCluster:
     hack("docker-engine.sh")
     tools = Path(hack("build-kind-tools.sh"))
     image = hack("build-image.sh")
+    sim_image = hack("build-image.sh", "--sim")
+    llama_image = hack("build-image.sh", "--llama-server")
     config = workdir / "kind-config.yaml"
     config.write_text(
         subprocess.run(
@@ -92,7 +131,16 @@ def start_kind(name: str, workdir: Path) -> TestCluster:
     cluster = KindCluster(name, kind_path=tools / "kind", kubectl_path=kubectl)
     cluster.create(config)
     cluster.load_docker_image(image)
-    return TestCluster("kind", Path(cluster.kubeconfig_path), kind=cluster, image=image)
+    for member_image in (sim_image, llama_image):
+        cluster.load_docker_image(member_image)
+    return TestCluster(
+        "kind",
+        Path(cluster.kubeconfig_path),
+        kind=cluster,
+        image=image,
+        sim_image=sim_image,
+        llama_image=llama_image,
+    )
 
 
 def docker_unavailable_reason() -> str | None:

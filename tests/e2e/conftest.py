@@ -176,7 +176,8 @@ async def operator(
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """Attach the end of each control-plane log to a failed e2e test's report; tell the pool
+    """Attach the end of each control-plane log (on kind: every pod's log and the cluster's
+    events) to a failed e2e test's report; tell the pool
     invariant monitor whether the test's body failed (its teardown then skips the settle check)."""
     report = yield
     if report.when in ("setup", "call"):
@@ -184,4 +185,6 @@ def pytest_runtest_makereport(
     if report.failed and _session_cluster is not None:
         for name, path in _session_cluster.logs().items():
             report.sections.append((f"{name} log (last lines)", tail(path)))
+        for name, text in _session_cluster.diagnostics().items():
+            report.sections.append((name, text[-4000:]))
     return report

@@ -120,6 +120,9 @@ async def test_two_member_processes_of_one_pool_are_an_overlap_when_sampled(
         a = await simulator("a-0", "a")
         b = await simulator("b-0", "b")
         await until(lambda: bool(monitor.overlaps), timeout=30, what="a and b seen together")
+        # Simulators start and stop in a fraction of a second now: wait for the sampler's pace
+        # rather than count on the test being slow (a loaded machine also slows the sampler).
+        await until(lambda: monitor.samples > 10, timeout=30, what="more than ten samples")
         assert set(monitor.running_members("seq")) == {"d"}
     finally:
         for process in simulators:

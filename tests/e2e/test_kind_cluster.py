@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 from typing import Any
 
 import anyio
 import pytest
 
-from controlplane.api.v1alpha1 import InferenceService, ModelRouter
+from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import Forbidden, NotFound
@@ -32,6 +33,7 @@ from controlplane.runtime.resources import (
     SECRETS,
 )
 from tests.e2e.clusters import TestCluster
+from tests.e2e.invariants import PoolInvariantMonitor
 from tests.e2e.kubectl import install, kubectl
 from tests.e2e.test_modelrouter import condition, wait_router
 from tests.e2e.waiting import eventually
@@ -188,3 +190,110 @@ async def test_activation_rbac_follows_the_installed_cluster_role_without_a_rest
     await wait_available(admin, namespace, "denied", 1)
     pod = await admin.get(PODS, operator_pod, OPERATOR_NAMESPACE)
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+def member(name: str, cluster: TestCluster, server: str, source: str) -> dict[str, Any]:
+    """A member whose pod runs ``server`` from its image with the operator's llama-server
+    arguments: the simulator, or the real llama-server serving a tiny model the image carries."""
+    real = server == "llama-server"
+    image = cluster.llama_image if real else cluster.sim_image
+    assert image is not None
+    return {
+        "apiVersion": "inference.modelpool.dev/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": name, "source": source},
+            "image": image,
+            "args": ["--threads", "1"] if real else ["--sim-load-seconds", "2"],
+        },
+    }
+
+
+CLIENT = """
+import json, sys, httpx
+body = {"model": sys.argv[2], "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+answer = httpx.post(sys.argv[1], json=body, timeout=240)
+print(json.dumps({"status": answer.status_code, "body": answer.json()}))
+"""
+
+
+async def ask_in_cluster(
+    cluster: TestCluster, namespace: str, name: str, url: str, model: str
+) -> dict[str, Any]:
+    """One chat completion sent from a pod in the cluster (through Services, as a client's)."""
+    assert cluster.image is not None
+    await kubectl(
+        cluster, "-n", namespace, "run", name, f"--image={cluster.image}",
+        "--restart=Never", "--image-pull-policy=Never", "--command", "--",
+        "python", "-c", CLIENT, url, model,
+    )  # fmt: skip
+    await kubectl(
+        cluster, "-n", namespace, "wait", f"pod/{name}", "--timeout=300s",
+        "--for=jsonpath={.status.phase}=Succeeded",
+    )  # fmt: skip
+    _, out, _ = await kubectl(cluster, "-n", namespace, "logs", f"pod/{name}")
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+async def test_a_request_through_the_routers_service_swaps_simulator_members(
+    admin: KubeClient, cluster: TestCluster, namespace: str, operator_pod: str
+) -> None:
+    await swap_through_the_service(admin, cluster, namespace, "simulator")
+
+
+async def test_a_request_through_the_routers_service_swaps_real_llama_server_members(
+    admin: KubeClient, cluster: TestCluster, namespace: str, operator_pod: str
+) -> None:
+    await swap_through_the_service(admin, cluster, namespace, "llama-server")
+
+
+async def swap_through_the_service(
+    admin: KubeClient, cluster: TestCluster, namespace: str, member_server: str
+) -> None:
+    """A pool of two members behind a router with three proxy replicas: a request for the parked
+    member, sent from a pod through the router's Service, is held, the pool drains the resident
+    through the idle gate and brings the target up, and the target answers; the invariant monitor
+    watches the member pods in watch order throughout."""
+    assert cluster.image is not None
+    monitor = PoolInvariantMonitor(
+        cluster.admin_config(), namespace, sample_processes=False
+    ).start()
+    try:
+        for name, seed in (("a", 1), ("b", 2)):
+            body = member(name, cluster, member_server, f"/models/tiny-{seed}.gguf")
+            await admin.create(ISVCS, body, namespace)
+        pool = {
+            "apiVersion": "inference.modelpool.dev/v1alpha1",
+            "kind": "ModelPool",
+            "metadata": {"name": "gpu"},
+            "spec": {
+                "members": [{"inferenceServiceRef": {"name": n}} for n in ("a", "b")],
+                "default": "a",
+                "swapBudget": "180s",
+            },
+        }
+        await admin.create(ModelPool.resource(), pool, namespace)
+        body = router("chat", cluster.image, 3)
+        body["spec"]["backends"] = [{"name": "gpu", "poolRef": {"name": "gpu"}}]
+        await admin.create(ROUTERS, body, namespace)
+        await wait_available(admin, namespace, "chat", 3)
+
+        async def resident(name: str) -> bool:
+            found = await admin.get(ModelPool.resource(), "gpu", namespace)
+            return (found.get("status") or {}).get("residentMember") == name
+
+        await eventually(lambda: resident("a"), timeout=ROLLOUT_TIMEOUT, what="a resident")
+        url = f"http://chat.{namespace}.svc/v1/chat/completions"
+        warm = await ask_in_cluster(cluster, namespace, "warm", url, "a")
+        assert warm["status"] == 200, warm
+        cold = await ask_in_cluster(cluster, namespace, "cold", url, "b")
+        assert cold["status"] == 200, cold
+        assert cold["body"]["model"] == "b"
+        await eventually(lambda: resident("b"), timeout=ROLLOUT_TIMEOUT, what="b resident")
+        assert [(c.old, c.new) for c in monitor.residency_changes("gpu")][-1] == ("a", "b")
+        # At most one member's pod at any instant (watch order), and settled: b's pod alone.
+        monitor.settle()
+        monitor.check()
+    finally:
+        monitor.stop()

@@ -45,7 +45,8 @@ Assertions, all on what was observed (no timing is asserted):
    controller finished it under the dead holder's still-valid intent (or if it finished in the
    instant between the scrape and the kill). Nothing else may be missing: for every
    ``(pool, from, to)`` the replicas count at most the changes seen, and the only change
-   allowed to go uncounted is one change to the killed holder's target in its pool. Never twice.
+   allowed to go uncounted is one change to the killed holder's target in each pool whose Lease
+   it held when it was killed (a replica may drive both pools' swaps at once). Never twice.
 5. At the end the pools settle: no pool Lease held, and at most one member per pool running,
    the pool's resident (the monitor's settle check, with held Leases as violations). y3 was
    resident at least once: a load longer than three Lease durations did not lose its swap.
@@ -537,14 +538,25 @@ async def chaos(
                 return pool, resident, url
         return None
 
-    pool, resident, url = await eventually(
-        ready_resident, timeout=60, interval=0.05, what="a resident with a ready endpoint"
+    async def break_slots() -> tuple[str, str] | None:
+        found = await ready_resident()
+        if found is None:
+            return None
+        pool, resident, url = found
+        try:
+            async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
+                answer = await http.post(
+                    f"{url}/sim/slots-mode",
+                    json={"mode": "error500", "seconds": SLOTS_FAILURE_SECONDS},
+                )
+        except httpx.TransportError:
+            return None  # that resident was being stopped (swapped away) just then: pick again
+        assert answer.status_code == 200, answer.text
+        return pool, resident
+
+    pool, resident = await eventually(
+        break_slots, timeout=60, interval=0.05, what="a resident that takes the /slots switch"
     )
-    async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
-        answer = await http.post(
-            f"{url}/sim/slots-mode", json={"mode": "error500", "seconds": SLOTS_FAILURE_SECONDS}
-        )
-    assert answer.status_code == 200, answer.text
     now = time.monotonic()
     end = now + SLOTS_FAILURE_SECONDS
     storm.windows.append(Window(f"/slots 500 on {resident}", pool, now, end))
@@ -558,6 +570,13 @@ async def chaos(
     swaps = await scrape_swaps(proxy.url)
     at = fleet.kill(proxy)
     storm.kills.append(Kill(proxy.name, pool, target, at, swaps))
+    # It may have been driving the other pool's swap too: that one is as much the killed
+    # driver's own (its counter was scraped once, above).
+    for other in POOLS:
+        with contextlib.suppress(KubeError, OSError):
+            held = await held_lease(admin, namespace, other)
+            if other != pool and held is not None and held[0] == holder:
+                storm.kills.append(Kill(proxy.name, other, held[1], at, Counter()))
     storm.windows.append(Window(f"SIGKILL {holder}", pool, at, at + LEASE_SECONDS))
     storm.note(f"SIGKILLed {holder}, holding {pool} for {target}; counted {dict(swaps)}")
     replacement = await fleet.add()

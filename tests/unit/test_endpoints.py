@@ -117,11 +117,50 @@ def test_member_urls_are_an_index_look_up_on_the_named_port() -> None:
     assert member_urls(store, "other", "a") == ["http://127.0.0.1:42001"]
 
 
+class _FakeInformer:
+    """A store and its handlers, told of a change right after the store has it (as the real
+    informer does)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.handlers: list[Any] = []
+
+    def add_handler(self, handler: Any) -> None:
+        self.handlers.append(handler)
+
+    def upsert(self, obj: Object) -> None:
+        old = self.store.upsert(obj)
+        for handler in self.handlers:
+            if old is None:
+                handler.on_add(obj, False)
+            else:
+                handler.on_update(obj, obj)
+
+
+def _view(slices: Store) -> tuple[CacheView, _FakeInformer]:
+    informer = _FakeInformer(slices)
+    absent = cast(Informer, _FakeInformer(Store()))
+    return CacheView("ns", "router", absent, absent, absent, cast(Informer, informer)), informer
+
+
+def test_the_proxy_reads_a_members_urls_again_only_after_a_slice_changed() -> None:
+    store = _slices()
+    view, informer = _view(store)
+    first = view.member_urls("a")
+    decoded = len(store.decoded)
+    assert view.member_urls("a") == first
+    assert len(store.decoded) == decoded  # kept: no slice changed
+    moved = _member_slice("ns", "a-2", "a", "a-1.ns.localhost", 41009)
+    moved["metadata"]["resourceVersion"] = "2"
+    informer.upsert(moved)
+    assert view.member_urls("a") == ["http://127.0.0.1:41001", "http://127.0.0.1:41009"]
+
+
 def test_router_and_pool_controller_agree_on_a_members_urls() -> None:
     store = _slices()
     slices = cast(Informer, SimpleNamespace(store=store))
     absent = cast(Informer, SimpleNamespace(store=Store()))
-    view = CacheView("ns", "router", absent, absent, absent, slices)
+    view, _ = _view(store)
     isvcs = Store()
     isvcs.upsert({"metadata": {"name": "a", "namespace": "ns"}, "spec": {"replicas": 1}})
     reconciler = ModelPoolReconciler(

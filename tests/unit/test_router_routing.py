@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -17,10 +18,18 @@ from controlplane.router.errors import (
     LeaseUnavailable,
     ModelNotFound,
     PoolBusy,
+    ProxyNotReady,
     member_error_body,
 )
 from controlplane.router.lease import LeaseCoordinator
-from controlplane.router.routing import Route, parse_duration, resolve, routing_table, validate_body
+from controlplane.router.routing import (
+    Route,
+    RoutingTable,
+    parse_duration,
+    resolve,
+    routing_table,
+    validate_body,
+)
 from controlplane.runtime.metrics import REGISTRY
 from tests.unit.router_fakes import FakeApi, FakeView
 
@@ -73,6 +82,26 @@ def test_unknown_model_is_404() -> None:
 
 def test_no_model_takes_the_default_backend_resident_member() -> None:
     assert resolve(None, ROUTER, POOLS.get, ISVCS.get) == Route("qwen-2-7b", "b", "gpu-0")
+
+
+def test_the_kept_table_serves_until_invalidated_and_the_default_follows_the_resident() -> None:
+    isvcs = dict(ISVCS)
+    pools = {"gpu-0": POOLS["gpu-0"]}
+    table = RoutingTable(lambda: ROUTER, pools.get, isvcs.get)
+    assert table.resolve("qwen-2-7b") == Route("qwen-2-7b", "b", "gpu-0")
+    isvcs["b"] = {"spec": {"model": {"name": "qwen-3"}}}
+    assert table.resolve("qwen-2-7b") == Route("qwen-2-7b", "b", "gpu-0")  # kept
+    table.invalidate()  # what the proxy does on an InferenceService event
+    assert table.resolve("qwen-3") == Route("qwen-3", "b", "gpu-0")
+    with pytest.raises(ModelNotFound):
+        table.resolve("qwen-2-7b")
+    pools["gpu-0"] = {**POOLS["gpu-0"], "status": {"residentMember": "a"}}
+    assert table.resolve(None) == Route("llama-3-8b", "a", "gpu-0")  # never kept
+
+
+def test_no_router_in_the_cache_is_not_ready() -> None:
+    with pytest.raises(ProxyNotReady):
+        RoutingTable(lambda: None, POOLS.get, ISVCS.get).resolve("qwen-2-7b")
 
 
 def test_no_model_and_no_default_is_400() -> None:
@@ -151,7 +180,10 @@ def test_503_errors_carry_retry_after_and_their_reason() -> None:
 
 
 def _client(
-    ready: bool = True, api: FakeApi | None = None, member: httpx.MockTransport | None = None
+    ready: bool = True,
+    api: FakeApi | None = None,
+    member: httpx.MockTransport | None = None,
+    tracing: bool = True,
 ) -> httpx.AsyncClient:
     """The proxy app in-process (no socket), as the simulator's unit tests drive theirs. Its
     activator is not running: a request that got as far as being held would fail loudly. The
@@ -166,8 +198,9 @@ def _client(
         ISVCS.get,
         lambda: [] if ready else ["caches not synced"],
         max_body_bytes=1024,
+        tracing=tracing,
     )
-    app = build_app(context, activator, httpx.AsyncClient(transport=member))
+    app = build_app(context, activator, member or httpx.AsyncHTTPTransport())
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
 
 
@@ -336,6 +369,101 @@ async def test_success_bodies_and_event_streams_pass_untouched() -> None:
         assert (await client.post("/v1/chat/completions", json=CHAT)).content == ok
     async with _client(member=_member(500, stream, "text/event-stream")) as client:
         assert (await client.post("/v1/chat/completions", json=CHAT)).content == stream
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("tracing", [True, False])
+async def test_a_small_sized_answer_is_sent_whole_with_its_headers(tracing: bool) -> None:
+    ok = b'{"choices": []}'
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        headers = {"content-type": "application/json", "content-length": str(len(ok))}
+        return httpx.Response(200, stream=_Body(ok), headers={**headers, "x-private": "1"})
+
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    async with _client(member=httpx.MockTransport(answer), tracing=tracing) as client:
+        response = await client.post(
+            "/v1/chat/completions", json=CHAT, headers={"traceparent": parent, "x-other": "no"}
+        )
+    assert response.content == ok
+    assert response.headers["content-length"] == str(len(ok))
+    assert response.headers["content-type"] == "application/json"
+    assert "x-private" not in response.headers
+    assert "x-other" not in seen[0].headers
+    # The member's request carries the client's trace (untraced: the very same parent span).
+    sent = seen[0].headers["traceparent"]
+    assert sent.split("-")[1] == parent.split("-")[1]
+    if not tracing:
+        assert sent == parent
+
+
+def _pooled_proxy(
+    member: httpx.MockTransport,
+) -> tuple[httpx.AsyncClient, Activator, FakeView]:
+    """The proxy with ``qwen-2-7b`` (member b of gpu-0) resident and Ready."""
+    view = FakeView()
+    view.pools["gpu-0"] = copy.deepcopy(POOLS["gpu-0"])
+    view.isvcs.update(copy.deepcopy(ISVCS))
+    view.make_resident("gpu-0", "b")
+    api = FakeApi()
+    activator = Activator(view, LeaseCoordinator(api, "ns", "me"), api, "ns")
+    context = ProxyContext(lambda: ROUTER, view.pool, view.isvc, lambda: [], tracing=False)
+    app = build_app(context, activator, member)
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
+    return client, activator, view
+
+
+@pytest.mark.anyio
+async def test_a_request_a_stopping_member_never_took_is_dispatched_again_after_a_change() -> None:
+    calls: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        calls.append(str(request.url))
+        if len(calls) == 1:
+            view.urls["b"] = ["http://127.0.0.1:9201"]  # its endpoint changed meanwhile
+            raise httpx.ConnectError("Can not write request body", request=request)
+        return httpx.Response(200, stream=_Body(b"{}"), headers={"content-length": "2"})
+
+    client, activator, view = _pooled_proxy(httpx.MockTransport(answer))
+    chat = {"model": "qwen-2-7b", "messages": [{"role": "user", "content": "hi"}]}
+    async with client:
+        response = await client.post("/v1/chat/completions", json=chat)
+    assert response.status_code == 200
+    assert calls == [
+        "http://127.0.0.1:9100/v1/chat/completions",
+        "http://127.0.0.1:9201/v1/chat/completions",
+    ]
+    assert activator.inflight.count("b") == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("error", "calls_expected"),
+    [
+        (httpx.RemoteProtocolError("Server disconnected"), 1),  # it may have taken the request
+        (httpx.ConnectError("Connection refused"), 3),  # the first send and two more, then 502
+    ],
+)
+async def test_a_member_that_took_the_request_or_stays_unreachable_is_a_502(
+    error: httpx.HTTPError, calls_expected: int
+) -> None:
+    calls: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        calls.append(str(request.url))
+        view.urls["b"] = [f"http://127.0.0.1:{9300 + len(calls)}"]  # a new endpoint each time
+        raise error
+
+    client, activator, view = _pooled_proxy(httpx.MockTransport(answer))
+    chat = {"model": "qwen-2-7b", "messages": [{"role": "user", "content": "hi"}]}
+    async with client:
+        response = await client.post("/v1/chat/completions", json=chat)
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "upstream_error"
+    assert len(calls) == calls_expected
+    assert activator.inflight.count("b") == 0
 
 
 @pytest.mark.parametrize(

@@ -14,12 +14,14 @@ import sys
 from collections.abc import Sequence
 
 from controlplane.envtest import EnvtestError
+from controlplane.envtest import tinymodel as tiny_model_command
 from controlplane.local import command as local_command
 from controlplane.operator import command as operator_command
 from controlplane.preflight import command as preflight_command
 from controlplane.router import command as router_command
 from controlplane.runtime.logs import configure_logging
 from controlplane.sim import command as sim_command
+from controlplane.sim import llamacommand as llama_sim_command
 from controlplane.standin import command as sim_node_command
 
 log = logging.getLogger("controlplane")
@@ -67,9 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     sim = commands.add_parser("sim", help=sim_command.run.__doc__, parents=after)
     sim_command.add_arguments(sim)
     sim.set_defaults(run=sim_command.run)
+    llama_sim = commands.add_parser("llama-sim", help=llama_sim_command.run.__doc__, parents=after)
+    llama_sim_command.add_arguments(llama_sim)
+    llama_sim.set_defaults(run=llama_sim_command.run)
     sim_node = commands.add_parser("sim-node", help=sim_node_command.run.__doc__, parents=after)
     sim_node_command.add_arguments(sim_node)
     sim_node.set_defaults(run=sim_node_command.run)
+    tiny = commands.add_parser("tiny-model", help=tiny_model_command.run.__doc__, parents=after)
+    tiny_model_command.add_arguments(tiny)
+    tiny.set_defaults(run=tiny_model_command.run)
     return parser
 
 

@@ -26,6 +26,10 @@ INFERENCE_SERVICE_RULES = (
     PolicyRule(("",), ("services",), (*READ, *WRITE)),
     # Its pods are watched (never written) to know when the last one is gone: Stopped.
     PolicyRule(("",), ("pods",), READ),
+    # The KV cache's readiness gate: one condition patched on a pod's status once it is restored.
+    PolicyRule(("",), ("pods/status",), ("patch",)),
+    # Where a pod's server answers before it is Ready (to restore its KV cache), and to save it.
+    PolicyRule(("discovery.k8s.io",), ("endpointslices",), READ),
     # Pools are read (never written): a member's Deployment is raised only with its pool's grant.
     PolicyRule((GROUP,), ("modelpools",), READ),
 )

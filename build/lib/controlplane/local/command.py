@@ -13,6 +13,8 @@ import functools
 import os
 import shutil
 import subprocess
+from pathlib import Path
+from typing import Final
 
 from controlplane.envtest import ControlPlane, EnvtestError
 
@@ -41,20 +43,46 @@ def _start_plane() -> ControlPlane:
     return plane
 
 
+#: What plays the members: the simulator, or the real llama.cpp server.
+MEMBER_KINDS: Final = ("simulator", "llama-server")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Neither command takes flags: everything it starts is chosen for this machine."""
+    """One flag: what plays the members; everything else is chosen for this machine."""
+    parser.add_argument(
+        "--members",
+        choices=MEMBER_KINDS,
+        default="simulator",
+        help="llama-server: members whose model is a GGUF file here run the real llama-server "
+        "($LLAMA_SERVER_BINARY or `make llama-server`'s build; the demo generates two tiny "
+        "models for its members)",
+    )
 
 
-def run_demo(_: argparse.Namespace) -> int:
+def _llama_server(args: argparse.Namespace) -> Path | None:
+    """The real server's binary when asked for (a missing build is an error saying how to
+    build it), else None."""
+    if args.members != "llama-server":
+        return None
+    from controlplane.envtest.llamaserver import find_llama_server
+
+    return find_llama_server()
+
+
+def run_demo(args: argparse.Namespace) -> int:
     """Start the whole system locally, show it working, and stop it."""
     from controlplane.local.system import demo_inference_services
 
+    llama_server = _llama_server(args)
     plane = _start_plane()
     try:
         _run_kubectl(plane, "version")
         _run_kubectl(plane, "get", "namespaces")
         demo_inference_services(
-            plane.admin_kubeconfig, functools.partial(_run_kubectl, plane), plane.workdir
+            plane.admin_kubeconfig,
+            functools.partial(_run_kubectl, plane),
+            plane.workdir,
+            llama_server,
         )
     finally:
         plane.stop()
@@ -62,9 +90,10 @@ def run_demo(_: argparse.Namespace) -> int:
     return 0
 
 
-def run_dev(_: argparse.Namespace) -> int:
+def run_dev(args: argparse.Namespace) -> int:
     """Run the control plane, the operator and the node stand-in until Ctrl-C or SIGTERM."""
     from controlplane.local.system import run_dev as run_system
 
+    llama_server = _llama_server(args)
     plane = _start_plane()
-    return run_system(plane, functools.partial(_run_kubectl, plane))
+    return run_system(plane, functools.partial(_run_kubectl, plane), llama_server)

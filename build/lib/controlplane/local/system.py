@@ -167,7 +167,8 @@ class OperatorProcess(LocalProcess):
 
 class NodeStandInProcess(LocalProcess):
     """``controlplane sim-node`` (as the admin): the node for member Deployments, and for
-    router-proxy Deployments too with ``router_proxies``."""
+    router-proxy Deployments too with ``router_proxies``; with ``llama_server``, members whose
+    model is a GGUF file here run that real server instead of a simulator."""
 
     def __init__(
         self,
@@ -178,6 +179,7 @@ class NodeStandInProcess(LocalProcess):
         load_seconds: float = 0.5,
         token_seconds: float | None = None,
         router_proxies: bool = False,
+        llama_server: Path | None = None,
         cwd: Path | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
@@ -193,6 +195,8 @@ class NodeStandInProcess(LocalProcess):
             args += ["--namespace", namespace]
         if router_proxies:
             args.append("--router-proxies")
+        if llama_server is not None:
+            args += ["--llama-server", str(llama_server)]
         super().__init__(args, workdir / "sim-node.log", cwd=cwd, name="sim-node", env=env)
 
     def router_addresses(self) -> dict[str, str]:
@@ -242,6 +246,13 @@ DEMO_READY_TIMEOUT: Final = 120.0
 #: The served-and-running sample and the one kept at zero replicas.
 DEMO_ACTIVE: Final = "inferenceservice_llama.yaml"
 DEMO_PARKED: Final = "inferenceservice_qwen.yaml"
+#: The context the samples give their servers (``--ctx-size 8192``): the tiny models the real
+#: llama-server members serve are generated with it, since a slot never gets more than the
+#: model's trained context.
+DEMO_REAL_CONTEXT: Final = 8192
+#: The demo's answers are short: a tiny model of random weights rarely ends a reply by itself,
+#: and would otherwise write until its context is full.
+DEMO_MAX_TOKENS: Final = 24
 #: The sample pool of those two members, and the sample router in front of it.
 DEMO_POOL: Final = "modelpool.yaml"
 DEMO_ROUTER: Final = "modelrouter.yaml"
@@ -290,11 +301,14 @@ def local_system(
     kubectl: Kubectl,
     workdir: Path,
     jaeger: JaegerBackend | None = None,
+    llama_server: Path | None = None,
 ) -> Iterator[NodeStandInProcess]:
     """Install ``manifests/default``, run the operator under its ServiceAccount and the node
     stand-in (members and router-proxies) until the block ends; on failure show the end of
     their logs. Every log goes to ``workdir``. With ``jaeger`` every process exports spans
-    to it (the stand-in passes its environment on to the proxies it plays)."""
+    to it (the stand-in passes its environment on to the proxies it plays). With
+    ``llama_server`` the stand-in runs that real server for members whose model is a GGUF file
+    here."""
     env = jaeger.otlp_env() if jaeger is not None else None
     from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 
@@ -309,7 +323,12 @@ def local_system(
     print(f"starting the operator as ServiceAccount {account}, and the node stand-in", flush=True)
     operator = OperatorProcess(kubeconfig, workdir, "modelpool-operator", "operator-local", env=env)
     node = NodeStandInProcess(
-        admin_kubeconfig, workdir, load_seconds=2.0, router_proxies=True, env=env
+        admin_kubeconfig,
+        workdir,
+        load_seconds=2.0,
+        router_proxies=True,
+        llama_server=llama_server,
+        env=env,
     )
     try:
         _wait_for_log(node, NODE_STARTED, "the node stand-in to start")
@@ -325,17 +344,43 @@ def local_system(
             print(f"{process.name} stopped (exit code {code})", flush=True)
 
 
-def demo_inference_services(admin_kubeconfig: Path, kubectl: Kubectl, workdir: Path) -> None:
+def real_member_models() -> tuple[Path, Path]:
+    """The two tiny GGUF models the demo's members serve on the real llama-server (generated
+    once, seeds 1 and 2, with the samples' 8,192-token context)."""
+    from controlplane.envtest.tinymodel import TinyModelSpec, tiny_model
+
+    return (
+        tiny_model(TinyModelSpec(seed=1, context_length=DEMO_REAL_CONTEXT)),
+        tiny_model(TinyModelSpec(seed=2, context_length=DEMO_REAL_CONTEXT)),
+    )
+
+
+def demo_inference_services(
+    admin_kubeconfig: Path, kubectl: Kubectl, workdir: Path, llama_server: Path | None = None
+) -> None:
     """Run the system, serve one sample, ask it something, then show one swap (below) and,
-    when Jaeger is built, its trace."""
+    when Jaeger is built, its trace. With ``llama_server`` the members are that real server,
+    each serving a tiny generated model in place of the samples' model files."""
     with (
         trace_backend(workdir) as jaeger,
-        local_system(admin_kubeconfig, kubectl, workdir, jaeger) as node,
+        local_system(admin_kubeconfig, kubectl, workdir, jaeger, llama_server) as node,
     ):
         active = yaml.safe_load((MANIFESTS / "samples" / DEMO_ACTIVE).read_text())
         parked = yaml.safe_load((MANIFESTS / "samples" / DEMO_PARKED).read_text())
         parked["spec"]["replicas"] = 0
-        kubectl("apply", "-n", DEMO_NAMESPACE, "-f", str(MANIFESTS / "samples" / DEMO_ACTIVE))
+        if llama_server is None:
+            kubectl("apply", "-n", DEMO_NAMESPACE, "-f", str(MANIFESTS / "samples" / DEMO_ACTIVE))
+        else:
+            for sample, path in zip((active, parked), real_member_models(), strict=True):
+                sample["spec"]["model"]["source"] = str(path)
+            print(
+                f"members on the real llama-server ({llama_server}): the samples' model files "
+                f"replaced by tiny generated ones ({active['spec']['model']['source']}, "
+                f"{parked['spec']['model']['source']})",
+                flush=True,
+            )
+            print(f"  ({DEMO_ACTIVE} with that model)", flush=True)
+            kubectl("apply", "-n", DEMO_NAMESPACE, "-f", "-", stdin=yaml.safe_dump(active))
         print(f"  ({DEMO_PARKED} with spec.replicas: 0)", flush=True)
         kubectl("apply", "-n", DEMO_NAMESPACE, "-f", "-", stdin=yaml.safe_dump(parked))
         name, parked_name = active["metadata"]["name"], parked["metadata"]["name"]
@@ -461,6 +506,7 @@ async def _swap_through_the_router(
         body = {
             "model": model,
             "messages": [{"role": "user", "content": "hello via the proxy"}],
+            "max_tokens": DEMO_MAX_TOKENS,
         }
         traceparent = f"00-{trace_id}-{secrets.token_hex(8)}-01"
         print(
@@ -538,7 +584,11 @@ async def _ask(admin_kubeconfig: Path, service: str, model: str) -> tuple[str, s
     if not urls:
         raise RuntimeError(f"no ready endpoint for Service {service}")
     url = urls[0]
-    body = {"model": model, "messages": [{"role": "user", "content": "hello from the demo"}]}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "hello from the demo"}],
+        "max_tokens": DEMO_MAX_TOKENS,
+    }
     async with httpx.AsyncClient(timeout=30) as http:
         response = await http.post(f"{url}/v1/chat/completions", json=body)
     response.raise_for_status()
@@ -553,10 +603,11 @@ DEV_KUBECONFIG: Final = ".dev-kubeconfig"
 DEV_POLL_SECONDS: Final = 0.5
 
 
-def run_dev(plane: ControlPlane, kubectl: Kubectl) -> int:
+def run_dev(plane: ControlPlane, kubectl: Kubectl, llama_server: Path | None = None) -> int:
     """``make dev``: the operator and the node stand-in (members and router-proxies) on the
     started ``plane`` until Ctrl-C or SIGTERM, printing each router's local address as it comes.
-    Every log (the control plane's included) is kept in a folder that outlives the run."""
+    Every log (the control plane's included) is kept in a folder that outlives the run. With
+    ``llama_server``, members whose model is a GGUF file here run that real server."""
     logs = Path(tempfile.mkdtemp(prefix="modelpool-dev-"))
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -565,7 +616,7 @@ def run_dev(plane: ControlPlane, kubectl: Kubectl) -> int:
     try:
         with (
             trace_backend(logs) as jaeger,
-            local_system(plane.admin_kubeconfig, kubectl, logs, jaeger) as node,
+            local_system(plane.admin_kubeconfig, kubectl, logs, jaeger, llama_server) as node,
         ):
             shutil.copyfile(plane.admin_kubeconfig, link)
             link.chmod(0o600)

@@ -9,6 +9,10 @@ simulators that way, because the API server refuses loopback IPs in IPv4 slices.
 ``kubernetes.io/service-name`` label and the namespace), never by scanning every slice: the store
 decodes a fresh copy per read, so a scan costs one decode per slice in the namespace on every call.
 :func:`member_urls` is where the router-proxy and the pool controller agree on a member's address.
+:func:`pod_urls` finds one pod's address among a Service's endpoints, ready or not: the KV cache of
+a member is restored into its pod *before* that pod is Ready, so it cannot wait to be listed ready
+(the endpoint controller lists a not-ready pod with ``conditions.ready`` false and a ``targetRef``
+naming it).
 """
 
 from __future__ import annotations
@@ -54,6 +58,27 @@ def ready_urls(
     return urls
 
 
+def endpoint_urls_by_pod(
+    slices: Iterable[Mapping[str, Any]], port_name: str | None = None, scheme: str = "http"
+) -> dict[str, str]:
+    """``scheme://host:port`` of every endpoint whose ``targetRef`` is a Pod, ready or not, by
+    the pod's name (its first address, on the named port or the first)."""
+    urls: dict[str, str] = {}
+    for slice_ in slices:
+        ports = slice_.get("ports") or []
+        port = next((p for p in ports if port_name is None or p.get("name") == port_name), None)
+        if port is None or port.get("port") is None:
+            continue
+        for endpoint in slice_.get("endpoints") or ():
+            ref = endpoint.get("targetRef") or {}
+            addresses = endpoint.get("addresses") or ()
+            if ref.get("kind") != "Pod" or not ref.get("name") or not addresses:
+                continue
+            host = connect_host(addresses[0], str(slice_.get("addressType", "IPv4")))
+            urls.setdefault(str(ref["name"]), f"{scheme}://{host}:{port['port']}")
+    return urls
+
+
 def service_slice_keys(store: Store, namespace: str, service: str) -> list[str]:
     """Cache keys of ``service``'s EndpointSlices in ``namespace``: two index look-ups."""
     labelled = store.index_keys(LABEL_INDEX, f"{SERVICE_NAME_LABEL}={service}")
@@ -77,3 +102,12 @@ def member_urls(store: Store, namespace: str, member: str) -> list[str]:
     :data:`MEMBER_PORT_NAME`. The router-proxy dispatches to the first; the pool controller
     probes them all. One function, so both agree."""
     return service_urls(store, namespace, member, MEMBER_PORT_NAME)
+
+
+def pod_urls(
+    store: Store, namespace: str, service: str, port_name: str | None = None
+) -> dict[str, str]:
+    """Where each pod behind ``service`` answers, ready or not, by pod name (see
+    :func:`endpoint_urls_by_pod`); read from an EndpointSlice informer's ``store`` by index."""
+    slices = [s for key in service_slice_keys(store, namespace, service) if (s := store.get(key))]
+    return endpoint_urls_by_pod(slices, port_name)

@@ -4,15 +4,20 @@ Endpoints (as llama-server has them, plus one admin endpoint for tests):
 
 - ``GET /health`` (and ``/v1/health``): 503 ``unavailable_error`` while loading, then 200.
 - ``GET /slots``: the slot array; 501 with ``--no-slots``; broken on purpose per ``slots_mode``;
-  ``?fail_on_no_slot=1`` answers 503 when no slot is idle.
+  ``?fail_on_no_slot=1`` (any non-empty value) answers 503 when no slot is idle.
+- ``POST /slots/{id}?action=save|restore|erase``: a slot's KV cache to and from
+  ``--slot-save-path`` (:mod:`controlplane.sim.slotcache`, which also makes a cached prompt
+  prefix show in ``timings.cache_n``).
 - ``GET /v1/models`` (and ``/models``): the served model.
 - ``POST /v1/chat/completions`` (and ``/chat/completions``): OpenAI chat completions, streamed
   as server-sent events when ``stream`` is true.
 - ``GET|POST /sim/slots-mode``: read or switch the ``/slots`` mode at run time
   (``{"mode": "error500", "seconds": 5}`` switches for 5 s, then back).
 
-While the model loads, every model endpoint answers 503 like llama-server; ``/v1/models`` and the
-admin endpoint answer at once. Every error body is ``{"error": {"code", "message", "type"}}``.
+While the model loads, every endpoint but the admin one answers 503 like llama-server. Every error
+body is ``{"error": {"code", "message", "type"}}``; a chat body that is not JSON is a 500
+``server_error``, as llama-server's JSON parser makes it (the router-proxy refuses such a body
+with a 400 before any member sees it).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from controlplane.sim.errors import (
 )
 from controlplane.sim.model import SimulatedModel
 from controlplane.sim.settings import SlotsMode
+from controlplane.sim.slotcache import SlotActions, SlotCaches, account_cache, message_tokens
 from controlplane.sim.text import count_prompt_tokens, plan_reply
 
 JSON_MEDIA_TYPE = "application/json; charset=utf-8"
@@ -72,6 +78,13 @@ class SimulatorEndpoints:
         self.settings = model.settings
         #: ``created`` of the served model: when this server started.
         self.started = int(time.time())
+        self.caches = SlotCaches(self.settings.slots)
+        self.slot_actions = SlotActions(
+            model,
+            self.caches,
+            self.settings.slot_save_path,
+            self.settings.slot_restore_delay_seconds,
+        )
 
     def _require_loaded(self) -> None:
         if not self.model.ready:
@@ -82,8 +95,9 @@ class SimulatorEndpoints:
         return JSONBody({"status": "ok"})
 
     async def models(self, _: Request) -> Response:
+        self._require_loaded()
         body = payloads.models_list(
-            self.settings.model_name, created=self.started, loaded=self.model.ready
+            self.settings.model_name, created=self.started, n_ctx=self.settings.n_ctx
         )
         return JSONBody(body)
 
@@ -99,11 +113,19 @@ class SimulatorEndpoints:
         if mode is SlotsMode.SLOW:
             await self.model.hang(self.settings.slow_slots_seconds)
         states = self.model.slots()
-        if "fail_on_no_slot" in request.query_params and all(s.processing for s in states):
+        if request.query_params.get("fail_on_no_slot") and all(s.processing for s in states):
             raise NoSlotAvailable("no slot available")
         legacy = self.settings.legacy_slots
         n_ctx = self.settings.n_ctx
-        return JSONBody([payloads.slot_entry(s, n_ctx=n_ctx, legacy=legacy) for s in states])
+        return JSONBody(
+            [
+                {**payloads.slot_entry(s, n_ctx=n_ctx, legacy=legacy), **self.caches.fields(s.id)}
+                for s in states
+            ]
+        )
+
+    async def slot_action(self, request: Request) -> Response:
+        return await self.slot_actions.handle(request, JSONBody)
 
     async def slots_mode(self, request: Request) -> Response:
         if request.method == "POST":
@@ -117,7 +139,7 @@ class SimulatorEndpoints:
     async def chat_completions(self, request: Request) -> Response:
         self._require_loaded()
         chat = parse_chat_request(await request.body())
-        completion = _Completion(self.model, chat)
+        completion = _Completion(self.model, chat, self.caches)
         if chat.stream:
             return StreamingResponse(completion.events(), media_type=SSE_MEDIA_TYPE)
         return JSONBody(await completion.whole())
@@ -139,10 +161,12 @@ class SimulatorEndpoints:
 class _Completion:
     """One chat completion: planned up front, generated while holding a slot."""
 
-    def __init__(self, model: SimulatedModel, chat: ChatRequest) -> None:
+    def __init__(self, model: SimulatedModel, chat: ChatRequest, caches: SlotCaches) -> None:
         settings = model.settings
         self.model = model
         self.chat = chat
+        self.caches = caches
+        self.prompt = message_tokens(chat.contents)
         self.prompt_tokens = count_prompt_tokens(chat.contents)
         self.reply = plan_reply(
             chat.last_message,
@@ -160,14 +184,19 @@ class _Completion:
         self.n_predict = -1 if chat.max_tokens is None else chat.max_tokens
 
     async def whole(self) -> dict[str, Any]:
-        async with self.model.occupy(n_predict=self.n_predict, stream=False) as slot:
+        async with self.model.occupy(
+            n_predict=self.n_predict, stream=False, prompt_tokens=self.prompt_tokens
+        ) as slot:
+            cached = self.caches.cached_prefix(slot.id, self.prompt)
             started = self.model.clock.now()
             async for _ in self.model.generate(slot, self.reply.tokens):
                 pass
             seconds = self.model.clock.now() - started
-        return payloads.chat_completion(
+            self.caches.remember(slot.id, self.prompt, self.reply.tokens, cached)
+        body = payloads.chat_completion(
             self.meta, self.reply, prompt_tokens=self.prompt_tokens, seconds=seconds
         )
+        return account_cache(body, cached)
 
     async def events(self) -> AsyncIterator[bytes]:
         """The stream: role, one chunk per token, the finish chunk, [usage], ``[DONE]``.
@@ -176,24 +205,30 @@ class _Completion:
         has read any chunk but the finish knows ``/slots`` shows its slot processing.
         """
         meta = self.meta
-        async with self.model.occupy(n_predict=self.n_predict, stream=True) as slot:
+        async with self.model.occupy(
+            n_predict=self.n_predict, stream=True, prompt_tokens=self.prompt_tokens
+        ) as slot:
+            cached = self.caches.cached_prefix(slot.id, self.prompt)
             started = self.model.clock.now()
             yield sse_event(payloads.chunk(meta, {"role": "assistant", "content": None}))
             async for token in self.model.generate(slot, self.reply.tokens):
                 yield sse_event(payloads.chunk(meta, {"content": token}))
             seconds = self.model.clock.now() - started
+            self.caches.remember(slot.id, self.prompt, self.reply.tokens, cached)
         produced = len(self.reply.tokens)
         timings = payloads.timings(self.prompt_tokens, produced, seconds)
         finish = payloads.chunk(
-            meta, {}, finish_reason=self.reply.finish_reason, extra={"timings": timings}
+            meta,
+            {},
+            finish_reason=self.reply.finish_reason,
+            extra={"timings": account_cache({"timings": timings}, cached)["timings"]},
         )
         yield sse_event(finish)
         if self.chat.include_usage:
-            yield sse_event(
-                payloads.usage_chunk(
-                    meta, prompt_tokens=self.prompt_tokens, completion_tokens=produced
-                )
+            usage = payloads.usage_chunk(
+                meta, prompt_tokens=self.prompt_tokens, completion_tokens=produced
             )
+            yield sse_event(account_cache(usage, cached))
         yield DONE_EVENT
 
 
@@ -224,6 +259,7 @@ def build_app(model: SimulatedModel) -> Starlette:
         Route("/health", endpoints.health, methods=["GET"]),
         Route("/v1/health", endpoints.health, methods=["GET"]),
         Route("/slots", endpoints.slots, methods=["GET"]),
+        Route("/slots/{id_slot}", endpoints.slot_action, methods=["POST"]),
         Route("/v1/models", endpoints.models, methods=["GET"]),
         Route("/models", endpoints.models, methods=["GET"]),
         Route("/v1/chat/completions", endpoints.chat_completions, methods=["POST"]),

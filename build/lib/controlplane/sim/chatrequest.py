@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from controlplane.sim.errors import InvalidRequest
+from controlplane.sim.errors import InvalidRequest, MalformedJSON
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,11 +37,12 @@ class ChatRequest:
 
 
 def parse_chat_request(body: bytes) -> ChatRequest:
-    """The request in ``body``, or :class:`InvalidRequest` naming the first problem found."""
+    """The request in ``body``, or :class:`InvalidRequest` naming the first problem found
+    (:class:`MalformedJSON`, a 500 as llama-server answers it, when it is not JSON at all)."""
     try:
         data = msgspec.json.decode(body)
     except msgspec.DecodeError as err:
-        raise InvalidRequest(f"request body is not valid JSON: {err}") from None
+        raise MalformedJSON(f"request body is not valid JSON: {err}") from None
     if not isinstance(data, dict):
         raise InvalidRequest(f"request body must be a JSON object, got {_kind(data)}")
     model = data.get("model")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from pathlib import Path
 
 import anyio
 
@@ -76,6 +77,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="how long /slots hangs in slow mode",
     )
 
+    parser.add_argument(
+        "--slot-save-path",
+        type=_folder,
+        default=None,
+        help="folder for POST /slots/{id}?action=save|restore, as llama-server's",
+    )
+    parser.add_argument(
+        "--slot-restore-delay",
+        type=seconds,
+        default=0.0,
+        help="every slot restore first hangs this long (a restore that does not answer)",
+    )
+
+
+def _folder(text: str) -> Path:
+    """An existing folder, as llama-server insists for ``--slot-save-path``."""
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"not a directory: {text}")
+    return path
+
 
 def settings_from(args: argparse.Namespace) -> SimSettings:
     return SimSettings(
@@ -91,12 +113,19 @@ def settings_from(args: argparse.Namespace) -> SimSettings:
         legacy_slots=args.legacy_slots,
         slots_mode=SlotsMode(args.slots_mode),
         slow_slots_seconds=args.slow_slots_seconds,
+        slot_save_path=args.slot_save_path,
+        slot_restore_delay_seconds=args.slot_restore_delay,
     )
 
 
 def run(args: argparse.Namespace) -> int:
     """Run a llama.cpp-compatible server simulator until SIGTERM (tests and demos)."""
+    return serve(settings_from(args))
+
+
+def serve(settings: SimSettings) -> int:
+    """Serve ``settings`` until SIGTERM (the server's imports are paid only here)."""
     from controlplane.sim.server import run_simulator
 
-    anyio.run(run_simulator, settings_from(args))
+    anyio.run(run_simulator, settings)
     return 0

@@ -29,6 +29,13 @@ class InvalidRequest(SimError):
     error_type = "invalid_request_error"
 
 
+class MalformedJSON(SimError):
+    """A request body that is not JSON: llama-server's parser throws, and it answers 500."""
+
+    status = 500
+    error_type = "server_error"
+
+
 class RouteNotFound(SimError):
     """No endpoint at this path (llama-server says ``File Not Found``)."""
 

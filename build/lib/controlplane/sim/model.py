@@ -8,7 +8,9 @@ Contract, mirroring llama-server where the control plane looks at it:
   last token is generated; while it does, that slot reports ``is_processing``. Admission takes the
   lowest-numbered idle slot; when every slot is busy, requests wait in arrival order (llama-server
   defers the task until a slot frees). A request cancelled while waiting leaves the queue cleanly.
-- Each admitted completion gets the next task id; an idle slot reports task id -1.
+- Each admitted completion gets the next task id. A slot that has served a completion keeps that
+  task's id (and its prompt size) after it finishes, as llama-server's does; a slot never used
+  reports only that it is idle (:attr:`SlotState.used` is false).
 - Generation produces one token per ``token_seconds`` of the model's clock.
 
 The ``/slots`` failure mode lives here too, because tests flip it at run time through the app.
@@ -31,7 +33,7 @@ from controlplane.sim.settings import SimSettings, SlotsMode
 
 log = logging.getLogger(__name__)
 
-#: Task id an idle slot reports (llama-server's convention).
+#: The task id of a slot that has not served any completion yet.
 NO_TASK = -1
 
 
@@ -42,11 +44,14 @@ class Slot:
     id: int
     id_task: int = NO_TASK
     processing: bool = False
+    #: Whether any completion has held this slot yet.
+    used: bool = False
     stream: bool = False
     #: The token limit of the completion in this slot (-1: none).
     n_predict: int = -1
     n_decoded: int = 0
     n_remain: int = -1
+    n_prompt_tokens: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,10 +61,12 @@ class SlotState:
     id: int
     id_task: int
     processing: bool
+    used: bool
     stream: bool
     n_predict: int
     n_decoded: int
     n_remain: int
+    n_prompt_tokens: int
 
 
 class SimulatedModel:
@@ -161,7 +168,9 @@ class SimulatedModel:
         return self._waiting
 
     @contextlib.asynccontextmanager
-    async def occupy(self, *, n_predict: int = -1, stream: bool = False) -> AsyncIterator[Slot]:
+    async def occupy(
+        self, *, n_predict: int = -1, stream: bool = False, prompt_tokens: int = 0
+    ) -> AsyncIterator[Slot]:
         """Hold the lowest idle slot for the body of the ``async with``, waiting for one if all
         are busy; the slot is idle again when the body exits, however it exits."""
         self._waiting += 1
@@ -171,6 +180,8 @@ class SimulatedModel:
             self._waiting -= 1
         slot = next(slot for slot in self._slots if not slot.processing)
         slot.processing = True
+        slot.used = True
+        slot.n_prompt_tokens = prompt_tokens
         slot.id_task = self._next_task
         self._next_task += 1
         slot.stream = stream
@@ -180,9 +191,11 @@ class SimulatedModel:
         try:
             yield slot
         finally:
+            # As llama-server: the finished slot keeps its task id and prompt, and its
+            # generation counters are reset.
             slot.processing = False
-            slot.id_task = NO_TASK
             slot.n_remain = -1
+            slot.n_decoded = 0
             self._idle.release()
 
     async def generate(self, slot: Slot, tokens: Sequence[str]) -> AsyncIterator[str]:

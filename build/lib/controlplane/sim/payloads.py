@@ -2,9 +2,11 @@
 
 Shapes follow llama-server's OpenAI-compatible API: ``chat.completion`` objects with ``usage``
 and llama.cpp's ``timings``, ``chat.completion.chunk`` objects for streams (the role first, one
-chunk per token, then a chunk with the ``finish_reason``), and ``/slots`` entries with ``id``,
-``id_task``, ``n_ctx``, ``is_processing``, a few ``params`` and ``next_token``. With
-``legacy=True`` a slot looks like an older server's: ``task_id`` and ``state`` (0 idle,
+chunk per token, then a chunk with the ``finish_reason``), and ``/slots`` entries as the real
+server writes them (checked by ``tests/e2e/test_llamacpp_contract.py`` against both): a slot
+never used has only ``id``, ``n_ctx``, ``speculative`` and ``is_processing``; a used one adds
+``id_task``, the prompt counts, a few ``params`` and ``next_token``, a **list** of one object.
+With ``legacy=True`` a slot looks like an older server's: ``task_id`` and ``state`` (0 idle,
 1 processing) instead of ``id_task`` and ``is_processing``.
 """
 
@@ -37,9 +39,15 @@ def error_body(status: int, error_type: str, message: str) -> dict[str, Any]:
 
 def slot_entry(slot: SlotState, *, n_ctx: int, legacy: bool = False) -> dict[str, Any]:
     """One element of the ``/slots`` array."""
-    params = {"n_predict": slot.n_predict, "stream": slot.stream, "temperature": 0.8}
+    params = {
+        "n_predict": slot.n_predict,
+        "max_tokens": slot.n_predict,
+        "stream": slot.stream,
+        "temperature": 0.8,
+    }
     next_token = {
         "has_next_token": slot.processing,
+        "has_new_line": False,
         "n_remain": slot.n_remain,
         "n_decoded": slot.n_decoded,
     }
@@ -52,29 +60,53 @@ def slot_entry(slot: SlotState, *, n_ctx: int, legacy: bool = False) -> dict[str
             **params,
             "next_token": next_token,
         }
-    return {
+    entry: dict[str, Any] = {
         "id": slot.id,
-        "id_task": slot.id_task,
         "n_ctx": n_ctx,
         "speculative": False,
         "is_processing": slot.processing,
-        "params": params,
-        "next_token": next_token,
     }
+    if slot.used:
+        entry.update(
+            id_task=slot.id_task,
+            n_prompt_tokens=slot.n_prompt_tokens,
+            n_prompt_tokens_processed=slot.n_prompt_tokens,
+            n_prompt_tokens_cache=0,
+            params=params,
+            next_token=[next_token],
+        )
+    return entry
 
 
-def models_list(model_name: str, *, created: int, loaded: bool) -> dict[str, Any]:
-    """``GET /v1/models``: always exactly one model; ``meta`` is null while it loads."""
-    meta = {"vocab_type": 2, "n_vocab": 32000, "n_ctx_train": 4096} if loaded else None
+def models_list(model_name: str, *, created: int, n_ctx: int) -> dict[str, Any]:
+    """``GET /v1/models`` once loaded: exactly one model, in the Ollama-style ``models`` list and
+    the OpenAI ``data`` list (whose ``meta`` describes the model; the numbers are made up)."""
     return {
+        "models": [
+            {
+                "name": model_name,
+                "model": model_name,
+                "type": "model",
+                "capabilities": ["completion"],
+                "details": {"format": "gguf"},
+            }
+        ],
         "object": "list",
         "data": [
             {
                 "id": model_name,
+                "aliases": [model_name],
+                "tags": [],
                 "object": "model",
                 "created": created,
                 "owned_by": OWNED_BY,
-                "meta": meta,
+                "meta": {
+                    "vocab_type": 1,
+                    "n_vocab": 32000,
+                    "n_ctx": n_ctx,
+                    "n_ctx_train": n_ctx,
+                    "n_params": 0,
+                },
             }
         ],
     }

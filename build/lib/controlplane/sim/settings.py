@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from pathlib import Path
 
 DEFAULT_HOST = "127.0.0.1"
 #: llama-server's own default port.
@@ -59,11 +60,17 @@ class SimSettings:
     legacy_slots: bool = False
     slots_mode: SlotsMode = SlotsMode.NORMAL
     slow_slots_seconds: float = DEFAULT_SLOW_SLOTS_SECONDS
+    #: llama-server's ``--slot-save-path``: where slot save/restore keep their files; None
+    #: answers slot actions 501, as llama-server does without it.
+    slot_save_path: Path | None = None
+    #: Every restore first hangs this long (or until shutdown): a restore that does not answer.
+    slot_restore_delay_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.slots < 1:
             raise ValueError(f"slots must be at least 1, got {self.slots}")
-        if self.load_seconds < 0 or self.token_seconds < 0 or self.slow_slots_seconds < 0:
+        if min(self.load_seconds, self.token_seconds, self.slow_slots_seconds,
+               self.slot_restore_delay_seconds) < 0:  # fmt: skip
             raise ValueError("durations must not be negative")
         if self.reply_tokens < 0 or self.n_ctx < 1:
             raise ValueError("reply_tokens must be >= 0 and n_ctx >= 1")

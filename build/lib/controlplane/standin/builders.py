@@ -7,16 +7,17 @@ kubelet and the built-in controllers write.
 No I/O here: a pod for a Deployment (:func:`new_pod`), the status a kubelet reports for it
 (:func:`pod_status`), the status a deployment controller writes (:func:`deployment_status`), the
 EndpointSlices an endpoint controller writes (:func:`endpoint_slices`), and the command lines of
-the processes that play a pod's container (:func:`server_args` for a member's llama-server
-arguments, :func:`proxy_argv` for a router-proxy). :mod:`controlplane.standin.controller` does
-the reading and writing; its tests live on these functions.
+the processes that play a pod's container (:func:`server_args` for a simulator playing a member,
+:func:`llama_server_argv` for a real llama-server, :func:`proxy_argv` for a router-proxy).
+:mod:`controlplane.standin.controller` does the reading and writing; its tests live on these
+functions.
 
 Which Deployments are played (:func:`pod_role`): the operator's (labelled
 ``app.kubernetes.io/managed-by=modelpool-operator``) that are either a **member** (labelled
-``inference.modelpool.dev/inferenceservice``: one simulator, at most one pod) or a
-**router-proxy** (labelled ``inference.modelpool.dev/modelrouter``: ``spec.replicas`` pods, each a
-``controlplane router-proxy`` process). The labels are the operator's, repeated here: the
-stand-in knows nothing of the controllers.
+``inference.modelpool.dev/inferenceservice``: one simulator or real llama-server, at most one
+pod) or a **router-proxy** (labelled ``inference.modelpool.dev/modelrouter``: ``spec.replicas``
+pods, each a ``controlplane router-proxy`` process). The labels are the operator's, repeated here:
+the stand-in knows nothing of the controllers.
 """
 
 from __future__ import annotations
@@ -46,6 +47,21 @@ ROUTER_LABEL: Final = "inference.modelpool.dev/modelrouter"
 MANAGED_SELECTOR: Final = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 #: A stand-in-only server argument: this member's model load time, overriding the node's.
 LOAD_SECONDS_ARG: Final = "--sim-load-seconds"
+#: A stand-in-only server argument: every slot restore of this member's simulator first hangs
+#: this long (a restore that does not answer, for tests of its bound).
+RESTORE_DELAY_ARG: Final = "--sim-slot-restore-seconds"
+SLOT_SAVE_PATH_ARG: Final = "--slot-save-path"
+#: Arguments only the stand-in understands: a real llama-server must not be given them.
+STANDIN_ONLY_ARGS: Final = (LOAD_SECONDS_ARG, RESTORE_DELAY_ARG)
+#: The conditions a kubelet owns on a pod; any other (a readiness gate's) is someone else's and
+#: is kept as it is.
+KUBELET_CONDITIONS: Final = (
+    "PodReadyToStartContainers",
+    "Initialized",
+    "Ready",
+    "ContainersReady",
+    "PodScheduled",
+)
 POD_TEMPLATE_HASH_LABEL: Final = "pod-template-hash"
 SERVICE_NAME_LABEL: Final = "kubernetes.io/service-name"
 SLICE_MANAGED_BY_LABEL: Final = "endpointslice.kubernetes.io/managed-by"
@@ -128,6 +144,10 @@ class ServerArgs:
     ctx_size: int | None
     #: ``--sim-load-seconds``: this member's load time; None means the node's default.
     load_seconds: float | None = None
+    #: ``--slot-save-path`` as the container sees it (a path inside the container).
+    slot_save_path: str | None = None
+    #: ``--sim-slot-restore-seconds``: each slot restore hangs this long first.
+    restore_delay_seconds: float | None = None
 
 
 def server_args(container: Mapping[str, Any], fallback_name: str) -> ServerArgs:
@@ -143,7 +163,112 @@ def server_args(container: Mapping[str, Any], fallback_name: str) -> ServerArgs:
     slots = max(int(slots_text), 1) if slots_text and slots_text.isdigit() else 1
     ctx_text = _flag(args, "--ctx-size", "-c")
     ctx = int(ctx_text) // slots if ctx_text and ctx_text.isdigit() and int(ctx_text) else None
-    return ServerArgs(model, slots, ctx or None, _non_negative(_flag(args, LOAD_SECONDS_ARG)))
+    return ServerArgs(
+        model,
+        slots,
+        ctx or None,
+        _non_negative(_flag(args, LOAD_SECONDS_ARG)),
+        _flag(args, SLOT_SAVE_PATH_ARG) or None,
+        _non_negative(_flag(args, RESTORE_DELAY_ARG)),
+    )
+
+
+def host_folder(pod_spec: Mapping[str, Any], container: Mapping[str, Any], path: str,
+                host_root: Path, scratch: Path) -> Path:  # fmt: skip
+    """Where the container's ``path`` is on this machine: under a hostPath volume mounted at a
+    prefix of it (the deepest mount wins), ``host_root/HOSTPATH/REST`` (the node's disk, which
+    outlives the pod); anywhere else, ``scratch/PATH`` (the container's own filesystem or another
+    kind of volume, gone with the pod)."""
+    volumes = {
+        v.get("name"): (v.get("hostPath") or {}).get("path") for v in pod_spec.get("volumes") or ()
+    }
+    best: tuple[str, str | None] | None = None  # the deepest mount holding path, and its hostPath
+    for mount in container.get("volumeMounts") or ():
+        mounted = str(mount.get("mountPath") or "").rstrip("/")
+        if not (path == mounted or path.startswith(mounted + "/")):
+            continue
+        if best is None or len(mounted) > len(best[0]):
+            best = (mounted, volumes.get(mount.get("name")))
+    if best is None or not best[1]:
+        return scratch / path.lstrip("/")
+    mounted, source = best[0], str(best[1])
+    rest = path[len(mounted) :].lstrip("/")
+    folder = host_root / source.lstrip("/")
+    return folder / rest if rest else folder
+
+
+def with_slot_save_path(args: Sequence[str], folder: Path) -> list[str]:
+    """``args`` with every ``--slot-save-path`` pointing at ``folder`` (this machine's folder for
+    the container's path, :func:`host_folder`): what a real llama-server playing the pod must be
+    given, as the simulator is."""
+    out: list[str] = []
+    replace_next = False
+    for arg in args:
+        if replace_next:
+            out.append(str(folder))
+            replace_next = False
+        elif arg == SLOT_SAVE_PATH_ARG:
+            out.append(arg)
+            replace_next = True
+        elif arg.startswith(f"{SLOT_SAVE_PATH_ARG}="):
+            out.append(f"{SLOT_SAVE_PATH_ARG}={folder}")
+        else:
+            out.append(arg)
+    return out
+
+
+def readiness_gates(pod: Mapping[str, Any]) -> tuple[bool, str]:
+    """Whether every readiness gate's condition is True, and if not, a kubelet's message."""
+    conditions = {
+        c.get("type"): c.get("status") for c in (pod.get("status") or {}).get("conditions") or ()
+    }
+    for gate in (pod.get("spec") or {}).get("readinessGates") or ():
+        wanted = gate.get("conditionType")
+        if conditions.get(wanted) is None:
+            return (
+                False,
+                f'corresponding condition of pod readiness gate "{wanted}" does not exist.',
+            )
+        if conditions.get(wanted) != "True":
+            return False, f'the status of pod readiness gate "{wanted}" is not "True"'
+    return True, ""
+
+
+#: The flags whose values the stand-in chooses for a real llama-server (it listens on loopback).
+_LISTEN_FLAGS: Final = ("--host", "--port")
+#: llama-server's spellings of its generation thread count.
+_THREADS_FLAGS: Final = ("--threads", "-t")
+#: The threads a real server gets unless its arguments say otherwise: at llama.cpp's default
+#: (every core) a shared 2-core machine spins in OpenMP and generates 20 to 100 times slower.
+REAL_SERVER_THREADS: Final = 1
+
+
+def model_source(container: Mapping[str, Any]) -> str | None:
+    """The ``--model`` (``-m``) argument of a member's container: the GGUF file it serves."""
+    return _flag([str(a) for a in container.get("args") or ()], "--model", "-m")
+
+
+def llama_server_argv(binary: Path, container: Mapping[str, Any], *, port: int) -> list[str]:
+    """The real ``llama-server`` with a member container's arguments (the operator's ``--model``,
+    ``--alias``, then ``spec.args``), except that it listens on ``LOOPBACK:port`` (``--host`` and
+    ``--port`` rewritten), the stand-in's own flags (:data:`STANDIN_ONLY_ARGS`) are dropped (the
+    real server refuses unknown flags), and ``--threads`` is :data:`REAL_SERVER_THREADS` unless
+    given. The caller points ``--slot-save-path`` at the pod's folder on this machine."""
+    args = [str(a) for a in container.get("args") or ()]
+    kept: list[str] = []
+    skip_next = False
+    for arg in args:
+        if skip_next:
+            skip_next = False
+            continue
+        name = arg.partition("=")[0]
+        if name in (*_LISTEN_FLAGS, *STANDIN_ONLY_ARGS):
+            skip_next = "=" not in arg
+            continue
+        kept.append(arg)
+    if _flag(kept, *_THREADS_FLAGS) is None:
+        kept += ["--threads", str(REAL_SERVER_THREADS)]
+    return [str(binary), *kept, "--host", LOOPBACK, "--port", str(port)]
 
 
 def _non_negative(text: str | None) -> float | None:
@@ -200,10 +325,18 @@ def pod_status(
     started_at: str,
     container_id: str,
 ) -> Object:
-    """The status a kubelet reports for a pod whose (simulated) containers run."""
+    """The status a kubelet reports for a pod whose (simulated) containers run: ``ready`` is the
+    containers' readiness; the pod is Ready only when they are and every readiness gate's
+    condition is True. Conditions the kubelet does not own (a gate's) are kept as they are."""
     current: Object = dict(pod.get("status") or {})
     conditions = current.get("conditions") or []
     containers = (pod.get("spec") or {}).get("containers") or []
+    gates_ready, why = readiness_gates(pod)
+    pod_ready = ready and gates_ready
+    not_ready = (
+        {} if pod_ready or not ready else {"reason": "ReadinessGatesNotReady", "message": why}
+    )
+    others = [c for c in conditions if c.get("type") not in KUBELET_CONDITIONS]
     status = dict(current)
     status.update(
         phase="Running",
@@ -215,9 +348,10 @@ def pod_status(
         conditions=[
             _condition(conditions, "PodReadyToStartContainers", True),
             _condition(conditions, "Initialized", True),
-            _condition(conditions, "Ready", ready),
+            _condition(conditions, "Ready", pod_ready, **not_ready),
             _condition(conditions, "ContainersReady", ready),
             _condition(conditions, "PodScheduled", True),
+            *others,
         ],
         containerStatuses=[
             {

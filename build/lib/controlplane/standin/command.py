@@ -6,6 +6,7 @@ The stand-in itself (:mod:`controlplane.standin.controller`) is imported when th
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 
@@ -48,10 +49,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "one local address per router Service",
     )
     parser.add_argument(
+        "--llama-server",
+        type=_executable,
+        default=None,
+        metavar="PATH",
+        help="run this real llama-server (not a simulator) for members whose --model is a GGUF "
+        "file on this machine (make llama-server builds one)",
+    )
+    parser.add_argument(
         "--keep-pods-on-exit",
         action="store_true",
         help="leave the pods in place when stopping (by default they go with their simulators)",
     )
+
+
+def _executable(text: str) -> Path:
+    path = Path(text)
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise argparse.ArgumentTypeError(f"{text} is not an executable file")
+    return path
 
 
 def settings_from(args: argparse.Namespace) -> NodeSettings:
@@ -63,6 +79,7 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
         resync_seconds=args.resync_seconds,
         log_dir=log_dir,
         router_proxies=args.router_proxies,
+        llama_server=args.llama_server,
         delete_pods_on_exit=not args.keep_pods_on_exit,
     )
 

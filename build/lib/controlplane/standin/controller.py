@@ -9,7 +9,12 @@ process plays all of them for the operator's Deployments (in every namespace, or
 and what their pods run: :func:`controlplane.standin.builders.pod_role`):
 
 * **member** Deployments (``inference.modelpool.dev/inferenceservice``): a simulator process
-  (``controlplane sim``) as the pod's container;
+  (``controlplane sim``) as the pod's container, or the real llama.cpp ``llama-server`` when the
+  stand-in was given one (:attr:`NodeSettings.llama_server`, ``sim-node --llama-server PATH``)
+  and the member's ``--model`` is a GGUF file on this machine: then the container's arguments
+  are passed through (``spec.args`` included) with ``--host``/``--port`` rewritten to a loopback
+  port the stand-in chooses and ``--threads 1`` unless given
+  (:func:`~controlplane.standin.builders.llama_server_argv`);
 * **router-proxy** Deployments (``inference.modelpool.dev/modelrouter``), when
   :attr:`NodeSettings.router_proxies` is on (``sim-node --router-proxies``; ``make dev`` and
   ``make demo`` turn it on, e2e tests that run their own proxies leave it off):
@@ -43,7 +48,15 @@ and EndpointSlice watches):
   give one member a slow load (a stand-in flag only; a real llama-server would refuse it). The
   simulator's environment names its pod and member (``MODELPOOL_POD``, ``MODELPOOL_MEMBER``, see
   :func:`controlplane.standin.process.identity_env`), so a test can tell from ``/proc`` alone which
-  member's server is running. A
+  member's server is running. **Readiness gates** are honoured as a kubelet does: the pod is
+  Ready only when its container is ready *and* every ``spec.readinessGates`` condition is True
+  (otherwise Ready is False with reason ``ReadinessGatesNotReady``), and conditions the kubelet
+  does not own are kept as they are on every status write. **hostPath volumes** are folders of
+  the node's disk, :attr:`NodeSettings.host_root` (``LOG_DIR/hostpath``): a volume ``/P`` is
+  ``host_root/P`` (created for ``DirectoryOrCreate``), and a ``--slot-save-path`` under a
+  mounted hostPath is rewritten to that folder (anywhere else, to a scratch folder of the pod,
+  gone with it); ``--sim-slot-restore-seconds N`` (:data:`RESTORE_DELAY_ARG`) makes the
+  simulator's slot restores hang N seconds first. A
   simulator that dies is restarted (``restartCount`` grows). Deleting a pod bound to a node only
   marks it (``deletionTimestamp``: it is Terminating); the stand-in then sends SIGTERM, waits for
   the process to exit, and only then deletes the pod with ``gracePeriodSeconds: 0``. So Terminating
@@ -84,6 +97,7 @@ import secrets
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import anyio
@@ -116,9 +130,13 @@ from controlplane.standin.builders import (
     deployment_status_summary,
     desired_replicas,
     endpoint_slices,
+    host_folder,
+    is_pod_ready,
     is_terminating,
+    llama_server_argv,
     loopback_name,
     max_replicas,
+    model_source,
     new_pod,
     now,
     pod_env,
@@ -130,14 +148,17 @@ from controlplane.standin.builders import (
     server_args,
     service_account_of,
     template_hash,
+    with_slot_save_path,
 )
 from controlplane.standin.forwarder import ServiceForwarder
 from controlplane.standin.process import (
+    LlamaServerProcess,
     PodProcess,
     ProxyProcess,
     SimulatorProcess,
     SimulatorStartError,
     identity_env,
+    is_gguf,
     simulator_argv,
 )
 from controlplane.standin.settings import NodeSettings
@@ -314,17 +335,17 @@ class NodeStandIn:
                 restarts += 1  # the container died, or ran under a stand-in that is gone
                 log.warning("%s/%s: %s not running; restarting", *_key(meta), role.value)
             if role is PodRole.MEMBER:
-                process: PodProcess = await self._start_simulator(pod)
+                process: PodProcess = await self._start_member(pod)
             else:
                 process = await self._start_proxy(pod)
             running = _Running(process, now(), restarts)
             self._running[uid] = running
             self._pod_keys[uid] = (meta["namespace"], meta["name"])
-        ready = await self._healthy(running.process)
+        healthy = await self._healthy(running.process)
         status = pod_status(
             pod,
             ip=LOOPBACK,
-            ready=ready,
+            ready=healthy,
             restarts=running.restarts,
             started_at=running.started_at,
             container_id=f"sim://{running.process.pid}",
@@ -334,7 +355,38 @@ class NodeStandIn:
                 pod = await self.client.update_status(PODS, {**pod, "status": status})
             except Conflict:
                 return pod, False  # a newer pod is in the cache; the watch brings it back here
-        return pod, ready
+        # Ready as the endpoint controller reads it: the pod's condition, readiness gates included.
+        return pod, is_pod_ready({"status": status})
+
+    async def _start_member(self, pod: Mapping[str, Any]) -> PodProcess:
+        """The real llama-server when the stand-in has one and the member's model is a GGUF
+        file here; a simulator otherwise."""
+        containers = (pod.get("spec") or {}).get("containers") or [{}]
+        source = model_source(containers[0])
+        binary = self.settings.llama_server
+        if binary is not None and source and await anyio.to_thread.run_sync(is_gguf, source):
+            return await self._start_llama_server(pod, binary)
+        return await self._start_simulator(pod)
+
+    async def _start_llama_server(self, pod: Mapping[str, Any], binary: Path) -> PodProcess:
+        meta = pod["metadata"]
+        containers = (pod.get("spec") or {}).get("containers") or [{}]
+        port = _free_port()
+        member = (meta.get("labels") or {}).get(MEMBER_LABEL, "")
+        argv = llama_server_argv(binary, containers[0], port=port)
+        save_path = server_args(containers[0], meta["name"]).slot_save_path
+        if save_path:  # the pod's folder on this machine, as for a simulator
+            argv = with_slot_save_path(argv, self._host_folder(pod, containers[0], save_path))
+        process = LlamaServerProcess(
+            argv,
+            self.settings.log_dir / f"{meta['namespace']}_{meta['name']}.log",
+            port,
+            env=identity_env(meta["namespace"], meta["name"], member),
+        )
+        url = await process.start()
+        log.info("pod %s/%s: llama-server for %s on %s", meta["namespace"], meta["name"],
+                 model_source(containers[0]), url)  # fmt: skip
+        return process
 
     async def _start_simulator(self, pod: Mapping[str, Any]) -> SimulatorProcess:
         meta = pod["metadata"]
@@ -343,6 +395,9 @@ class NodeStandIn:
         load_seconds = args.load_seconds
         if load_seconds is None:
             load_seconds = self.settings.load_seconds
+        save_path = None
+        if args.slot_save_path:
+            save_path = self._host_folder(pod, containers[0], args.slot_save_path)
         argv = simulator_argv(
             args.model_name,
             host=LOOPBACK,
@@ -350,6 +405,8 @@ class NodeStandIn:
             token_seconds=self.settings.token_seconds,
             slots=args.slots,
             ctx_size=args.ctx_size,
+            slot_save_path=save_path,
+            slot_restore_delay=args.restore_delay_seconds,
         )
         member = (meta.get("labels") or {}).get(MEMBER_LABEL, "")
         process = SimulatorProcess(
@@ -364,6 +421,16 @@ class NodeStandIn:
         log.info("pod %s/%s: simulator for %s on %s", meta["namespace"], meta["name"],
                  args.model_name, url)  # fmt: skip
         return process
+
+    def _host_folder(self, pod: Mapping[str, Any], container: Mapping[str, Any], path: str) -> Path:
+        """The local folder for the container's ``path``, made as a kubelet makes a
+        ``DirectoryOrCreate`` hostPath (and a container's own folders exist in its image)."""
+        meta = pod["metadata"]
+        scratch = self.settings.log_dir / "pods" / f"{meta['namespace']}_{meta['name']}"
+        spec = pod.get("spec") or {}
+        folder = host_folder(spec, container, path, self.settings.host_root, scratch)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
 
     async def _start_proxy(self, pod: Mapping[str, Any]) -> ProxyProcess:
         """A router-proxy as the pod's ServiceAccount (a fresh token, as a kubelet mounts one),

@@ -1,7 +1,9 @@
 """The node stand-in's pod processes: started, located, stopped, never left behind.
 
-A member pod's container is a simulator (:class:`SimulatorProcess`); a router-proxy pod's is a
-``controlplane router-proxy`` (:class:`ProxyProcess`), told its loopback port on the command line.
+A member pod's container is a simulator (:class:`SimulatorProcess`), or the real llama.cpp
+``llama-server`` (:class:`LlamaServerProcess`) when the stand-in was given one and the member's
+model is a GGUF file here; a router-proxy pod's is a ``controlplane router-proxy``
+(:class:`ProxyProcess`). The last two are told their loopback port on the command line.
 
 A simulator is ``python -m controlplane.cli sim --port 0 ...``; it binds before loading and prints
 ``listening on http://HOST:PORT`` on stdout, which is read here to learn the port. Its log
@@ -10,7 +12,8 @@ dies (``PR_SET_PDEATHSIG``, as :mod:`controlplane.envtest.process` does for the 
 so even a stand-in killed with SIGKILL leaves no simulator listening. A normal stop is SIGTERM
 (the simulator finishes in-flight responses and exits 0), escalated to SIGKILL after a grace.
 
-Each simulator the node stand-in starts carries its identity in its environment:
+Each member server the node stand-in starts, simulator or real, carries its identity in its
+environment:
 ``MODELPOOL_POD=<namespace>/<pod>`` and ``MODELPOOL_MEMBER=<namespace>/<inferenceservice>``
 (:func:`identity_env`). The e2e invariant monitor reads them from ``/proc/<pid>/environ``, so it
 can tell which member's server is alive at any instant without asking the stand-in, whose own
@@ -48,6 +51,19 @@ def identity_env(namespace: str, pod: str, member: str) -> dict[str, str]:
     return {POD_ENV: f"{namespace}/{pod}", MEMBER_ENV: f"{namespace}/{member}"}
 
 
+#: The first bytes of every GGUF file.
+GGUF_MAGIC: Final = b"GGUF"
+
+
+def is_gguf(path: str) -> bool:
+    """Whether ``path`` is a GGUF file on this machine (its first bytes say so)."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(len(GGUF_MAGIC)) == GGUF_MAGIC
+    except OSError:
+        return False
+
+
 def die_with_parent() -> None:
     """Runs in the child between fork and exec: exit when the parent does; own process group."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -67,6 +83,8 @@ def simulator_argv(
     token_seconds: float,
     slots: int = 1,
     ctx_size: int | None = None,
+    slot_save_path: Path | None = None,
+    slot_restore_delay: float | None = None,
 ) -> list[str]:
     argv = [
         sys.executable, "-m", "controlplane.cli", "sim", "--host", host, "--port", "0",
@@ -75,6 +93,10 @@ def simulator_argv(
     ]  # fmt: skip
     if ctx_size is not None:
         argv += ["--ctx-size", str(ctx_size)]
+    if slot_save_path is not None:
+        argv += ["--slot-save-path", str(slot_save_path)]
+    if slot_restore_delay is not None:
+        argv += ["--slot-restore-delay", str(slot_restore_delay)]
     return argv
 
 
@@ -164,11 +186,12 @@ class SimulatorProcess(PodProcess):
         return self.url
 
 
-class ProxyProcess(PodProcess):
-    """A ``controlplane router-proxy`` told to listen on ``port`` (in its ``argv``); its output
-    goes to the log, and it is ready when ``/readyz`` answers 200."""
+class PortProcess(PodProcess):
+    """A process told to listen on ``port`` (in its ``argv``): it binds at once and becomes ready
+    later; its output (stdout and stderr) goes to the log."""
 
-    health_path = "/readyz"
+    #: Added to the environment before the pod's own variables.
+    base_env: Mapping[str, str] = {}
 
     def __init__(
         self,
@@ -182,7 +205,7 @@ class ProxyProcess(PodProcess):
         self.url = f"http://127.0.0.1:{port}"
 
     async def start(self, timeout: float = START_TIMEOUT_SECONDS) -> str:
-        """Start the process; it binds its port at once and becomes ready later."""
+        """Start the process and return its URL at once (readiness is polled by the caller)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:  # forked from the loop's thread, as above
             self._popen = subprocess.Popen(  # noqa: ASYNC220
@@ -190,10 +213,23 @@ class ProxyProcess(PodProcess):
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
+                env={**os.environ, **self.base_env, **self.env},
                 preexec_fn=die_with_parent,
             )
         return self.url
+
+
+class LlamaServerProcess(PortProcess):
+    """The real ``llama-server``. It does not print the port it got, as the simulator does, so
+    the stand-in chooses one; it is ready when ``/health`` answers 200 (503 while the model
+    loads), and SIGTERM makes it finish and exit, as the simulator does."""
+
+
+class ProxyProcess(PortProcess):
+    """A ``controlplane router-proxy``; it is ready when ``/readyz`` answers 200."""
+
+    health_path = "/readyz"
+    base_env: Mapping[str, str] = {"PYTHONUNBUFFERED": "1"}
 
 
 def _read_line(stream: IO[bytes]) -> str:

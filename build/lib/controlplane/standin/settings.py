@@ -35,6 +35,16 @@ class NodeSettings:
     log_dir: Path = field(
         default_factory=lambda: Path(tempfile.gettempdir()) / "modelpool-sim-node"
     )
+    #: The real llama.cpp ``llama-server`` (``--llama-server PATH``). Given one, the stand-in runs
+    #: it, not a simulator, for every member whose ``--model`` is a GGUF file on this machine,
+    #: with the member's arguments (``--host``/``--port`` rewritten to a loopback port of the
+    #: stand-in's choosing, ``--threads 1`` unless given). None: every member is a simulator.
+    llama_server: Path | None = None
     #: On a graceful exit, delete the pods whose simulators were stopped (the node leaves and
     #: takes its pods along), so namespaces can be deleted afterwards.
     delete_pods_on_exit: bool = True
+
+    @property
+    def host_root(self) -> Path:
+        """The node's disk: a pod's hostPath volume ``/P`` is the folder ``host_root/P``."""
+        return self.log_dir / "hostpath"

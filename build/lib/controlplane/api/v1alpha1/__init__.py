@@ -5,6 +5,9 @@ from controlplane.api.v1alpha1.inferenceservice import (
     InferenceService,
     InferenceServiceSpec,
     InferenceServiceStatus,
+    KvCacheOperation,
+    KvCacheSpec,
+    KvCacheStatus,
     ModelSource,
 )
 from controlplane.api.v1alpha1.meta import (
@@ -47,6 +50,9 @@ __all__ = [
     "InferenceService",
     "InferenceServiceSpec",
     "InferenceServiceStatus",
+    "KvCacheOperation",
+    "KvCacheSpec",
+    "KvCacheStatus",
     "LocalObjectReference",
     "MemberStatus",
     "ModelPool",

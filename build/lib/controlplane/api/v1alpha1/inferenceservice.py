@@ -15,6 +15,12 @@ absent field included.
 ``status.phase`` tells a pool's swap: the member being drained is ``Draining`` until its process
 has exited (then ``Stopped``), the member being brought up is ``Starting`` from the moment its pool
 chooses it until its server answers (then ``Ready``).
+
+``spec.kvCache`` (opt-in) carries the server's KV cache across a drain: the slots it had filled are
+saved to a folder on the node (``hostPath``/NAMESPACE/NAME) before its Deployment is scaled to zero
+and restored into the next pod before that pod counts as Ready, each step bounded by
+``timeoutSeconds`` (docs/kv-cache.md). ``status.kvCache`` records the last save and restore; its
+one-line ``summary`` is the ``KV-Cache`` column of ``kubectl get isvc -o wide``.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
-from controlplane.api.fields import api_field
+from controlplane.api.fields import Rule, api_field
 from controlplane.api.struct import ApiObject
 from controlplane.api.v1alpha1.conditions import Condition, conditions_field
 from controlplane.api.v1alpha1.meta import (
@@ -49,6 +55,27 @@ PHASE_DRAINING: Final = "Draining"
 #: Scaled to zero, no pod left: its GPU memory is free.
 PHASE_STOPPED: Final = "Stopped"
 PHASE_FAILED: Final = "Failed"
+#: Where the per-InferenceService folders of saved KV caches live on the node, by default.
+DEFAULT_KV_CACHE_HOST_PATH: Final = "/var/lib/modelpool/kv-cache"
+#: Bound of a save and of a restore, each, by default and at most: a drain or a pod's readiness
+#: is never held longer than this by the KV cache.
+DEFAULT_KV_CACHE_TIMEOUT_SECONDS: Final = 10
+MAX_KV_CACHE_TIMEOUT_SECONDS: Final = 300
+#: An absolute path of plain segments (no ``//``); ``.`` and ``..`` segments are refused by a rule.
+HOST_PATH_PATTERN: Final = r"^(/[A-Za-z0-9._-]+)+/?$"
+HOST_PATH_MAX_LENGTH: Final = 1024
+
+#: How a save or a restore ended (``status.kvCache.lastSave.outcome``, ``.lastRestore.outcome``).
+KV_SUCCEEDED: Final = "Succeeded"
+#: Some slots were done, others failed.
+KV_PARTIAL: Final = "Partial"
+KV_FAILED: Final = "Failed"
+#: ``timeoutSeconds`` ran out; the slots done before it are listed.
+KV_TIMED_OUT: Final = "TimedOut"
+#: No slot to save (none used) or nothing recorded as saved to restore.
+KV_NOTHING: Final = "Nothing"
+KV_OUTCOMES: Final = (KV_SUCCEEDED, KV_PARTIAL, KV_FAILED, KV_TIMED_OUT, KV_NOTHING)
+
 PHASES: Final = (
     PHASE_PENDING,
     PHASE_CREATING,
@@ -76,6 +103,49 @@ class ModelSource(ApiObject):
         min_length=1,
         max_length=2048,
     )
+
+
+@dataclass(kw_only=True)
+class KvCacheSpec(ApiObject):
+    """Carry the server's KV cache (its filled slots) across a scale to zero and back."""
+
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "!has(self.hostPath) || !self.hostPath.matches('(^|/)[.][.]?(/|$)')",
+            "hostPath must not contain '.' or '..' segments",
+            field_path=".hostPath",
+        ),
+    )
+
+    enabled: bool | None = api_field(
+        "Save the filled slots before the server is scaled to zero and restore them into the "
+        "next pod before it counts as Ready (llama.cpp --slot-save-path).",
+        default=False,
+    )
+    host_path: str | None = api_field(
+        "Folder on the node that keeps the saved slots across pods; each InferenceService uses "
+        "HOSTPATH/NAMESPACE/NAME. An absolute path.",
+        default=DEFAULT_KV_CACHE_HOST_PATH,
+        pattern=HOST_PATH_PATTERN,
+        max_length=HOST_PATH_MAX_LENGTH,
+    )
+    timeout_seconds: int | None = api_field(
+        "Bound of the save, and of the restore, each: past it the scale-down or the readiness "
+        "goes ahead without the cache.",
+        default=DEFAULT_KV_CACHE_TIMEOUT_SECONDS,
+        format="int32",
+        minimum=1,
+        maximum=MAX_KV_CACHE_TIMEOUT_SECONDS,
+    )
+
+    def is_enabled(self) -> bool:
+        return bool(self.enabled)
+
+    def timeout(self) -> int:
+        return self.timeout_seconds or DEFAULT_KV_CACHE_TIMEOUT_SECONDS
+
+    def root(self) -> str:
+        return (self.host_path or DEFAULT_KV_CACHE_HOST_PATH).rstrip("/") or "/"
 
 
 @dataclass(kw_only=True)
@@ -116,9 +186,51 @@ class InferenceServiceSpec(ApiObject):
         enum=RUNTIMES,
     )
 
+    kv_cache: KvCacheSpec | None = api_field(
+        "Carry the KV cache across a scale to zero (a pool's swap); off when absent."
+    )
+
     def desired_replicas(self) -> int:
         """The replicas this spec asks for (absent means 1)."""
         return 1 if self.replicas is None else self.replicas
+
+    def kv_cache_enabled(self) -> bool:
+        return self.kv_cache is not None and self.kv_cache.is_enabled()
+
+
+@dataclass(kw_only=True)
+class KvCacheOperation(ApiObject):
+    """One save or restore of the KV cache: of which pod, when, which slots, how it ended."""
+
+    outcome: str | None = api_field("How it ended.", enum=KV_OUTCOMES)
+    pod: str | None = api_field("The pod whose server saved or restored.")
+    time: str | None = api_field("When it ended.", format="date-time")
+    slots: list[int] = api_field(
+        "Ids of the slots saved (or restored).", default_factory=list, list_type="atomic"
+    )
+    tokens: int | None = api_field(
+        "Tokens saved (n_saved) or restored (n_restored), summed over the slots.",
+        format="int64",
+        minimum=0,
+    )
+    bytes_written: int | None = api_field(
+        "Bytes written (n_written) by a save.", format="int64", minimum=0
+    )
+    duration_milliseconds: int | None = api_field(
+        "How long it took, all slots together.", format="int64", minimum=0
+    )
+    message: str | None = api_field("What happened, in words (the failure, if any).")
+
+
+@dataclass(kw_only=True)
+class KvCacheStatus(ApiObject):
+    """What was last saved and restored of the KV cache."""
+
+    last_save: KvCacheOperation | None = api_field(
+        "The last save; a restore loads the slots it lists."
+    )
+    last_restore: KvCacheOperation | None = api_field("The last restore.")
+    summary: str | None = api_field("One line for kubectl: the last save and restore.")
 
 
 @dataclass(kw_only=True)
@@ -143,6 +255,9 @@ class InferenceServiceStatus(ApiObject):
     observed_generation: int | None = api_field(
         "The .metadata.generation this status describes.", format="int64", minimum=0
     )
+    kv_cache: KvCacheStatus | None = api_field(
+        "The KV cache's last save and restore (spec.kvCache)."
+    )
     conditions: list[Condition] = conditions_field("Current conditions.")
 
 
@@ -165,6 +280,12 @@ class InferenceService(CustomObject):
         PrinterColumn("Ready", ".status.readyReplicas", "integer", "Ready replicas"),
         PrinterColumn("Phase", ".status.phase", description="Lifecycle phase"),
         PrinterColumn("Endpoint", ".status.endpoint", description="URL", priority=1),
+        PrinterColumn(
+            "KV-Cache",
+            ".status.kvCache.summary",
+            description="The KV cache's last save and restore",
+            priority=1,
+        ),
         AGE,
     )
 

@@ -2,7 +2,11 @@
 
 Pure functions of the InferenceService (and of the replicas the grant allows), kept apart from the
 status rules and the reconciler so that ``tests/unit/test_inferenceservice_desired.py`` checks them
-as such. Both children carry a controller ``ownerReference`` with ``blockOwnerDeletion`` (deleting
+as such. With ``spec.kvCache.enabled`` the server's pod gets the KV cache's folder (a hostPath
+volume, :func:`kv_cache_host_path`, mounted at :data:`KV_CACHE_MOUNT_PATH` and given to the server
+as ``--slot-save-path``) and a readiness gate (:data:`KV_CACHE_RESTORED_CONDITION`) that the
+reconciler sets once the saved slots are restored, so the pod counts as Ready only after that.
+Both children carry a controller ``ownerReference`` with ``blockOwnerDeletion`` (deleting
 the InferenceService cascades through the garbage collector) and the labels of
 :func:`child_labels`; :data:`ISVC_LABEL` is the selector, and the pool controller reads it (and
 :data:`PORT_NAME`) to find a member's pods and endpoints.
@@ -41,6 +45,13 @@ READINESS_PERIOD_SECONDS: Final = 5
 #: How long a rollout may go without progress before the Deployment (and we) call it Failed.
 PROGRESS_DEADLINE_SECONDS: Final = 1800
 TERMINATION_GRACE_SECONDS: Final = 30
+#: The pod condition (a readiness gate) the reconciler sets True once the KV cache is restored,
+#: or once it has given up on it: the pod is Ready only when it is True.
+KV_CACHE_RESTORED_CONDITION: Final = "inference.modelpool.dev/kv-cache-restored"
+KV_CACHE_VOLUME: Final = "kv-cache"
+#: Where the KV cache's folder is mounted in the server's container (its ``--slot-save-path``).
+KV_CACHE_MOUNT_PATH: Final = "/var/lib/modelpool/kv-cache"
+SLOT_SAVE_PATH_ARG: Final = "--slot-save-path"
 REVISION_HISTORY_LIMIT: Final = 2
 
 
@@ -90,7 +101,18 @@ def server_args(isvc: InferenceService) -> list[str]:
         "--port",
         str(server_port(isvc)),
         *isvc.spec.args,
+        # Last, so that an argument of the user's cannot point the server away from the mount.
+        *([SLOT_SAVE_PATH_ARG, KV_CACHE_MOUNT_PATH] if isvc.spec.kv_cache_enabled() else []),
     ]
+
+
+def kv_cache_host_path(isvc: InferenceService) -> str:
+    """The node folder of this InferenceService's saved slots: ``hostPath/NAMESPACE/NAME``."""
+    kv_cache = isvc.spec.kv_cache
+    if kv_cache is None:
+        raise ValueError(f"InferenceService {isvc.name} has no spec.kvCache")
+    root = kv_cache.root().rstrip("/")
+    return f"{root}/{isvc.namespace}/{isvc.name}"
 
 
 def endpoint(isvc: InferenceService) -> str:
@@ -153,6 +175,15 @@ def desired_deployment(isvc: InferenceService, replicas: int | None = None) -> d
     }
     if isvc.spec.node_selector:
         pod_spec["nodeSelector"] = dict(isvc.spec.node_selector)
+    if isvc.spec.kv_cache_enabled():
+        container["volumeMounts"] = [{"name": KV_CACHE_VOLUME, "mountPath": KV_CACHE_MOUNT_PATH}]
+        pod_spec["volumes"] = [
+            {
+                "name": KV_CACHE_VOLUME,
+                "hostPath": {"path": kv_cache_host_path(isvc), "type": "DirectoryOrCreate"},
+            }
+        ]
+        pod_spec["readinessGates"] = [{"conditionType": KV_CACHE_RESTORED_CONDITION}]
     return with_spec_hash(
         {
             "apiVersion": "apps/v1",

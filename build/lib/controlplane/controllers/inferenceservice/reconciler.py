@@ -30,26 +30,47 @@ subresource with the cached ``resourceVersion`` and only when it differs from th
 409 requeues. Each phase change is recorded as an ``events.k8s.io`` event on the InferenceService.
 
 Pods are watched (by the ``inference.modelpool.dev/inferenceservice`` label, which the
-Deployment's template carries) only to know when the last one is gone, and pools to know whether a
-member may be raised and whether its pool is swapping to it; nothing is polled.
+Deployment's template carries) to know when the last one is gone and when one needs its KV cache
+restored, pools to know whether a member may be raised and whether its pool is swapping to it, and
+EndpointSlices to know where a pod's server answers; nothing is polled.
+
+**The KV cache** (``spec.kvCache``, rules in :mod:`~controlplane.controllers.inferenceservice.kv
+cache`, docs/kv-cache.md): before the Deployment of an enabled InferenceService is lowered to 0,
+the used slots of its Ready pod are saved (:class:`~controlplane.probes.slotcache.SlotCacheClient`,
+bounded by ``timeoutSeconds``) and ``status.kvCache.lastSave`` is written, *then* the Deployment is
+lowered, whatever the save's outcome. A pod that carries the restore readiness gate gets the saved
+slots restored once its containers are ready (bounded the same way), ``status.kvCache.lastRestore``
+written, and the gate's condition set True on ``pods/status`` (a strategic-merge patch: conditions
+merge by type). A save or restore that fails or times out is a Warning event and
+``modelpool_kv_cache_operations_total{outcome}``; it never fails the reconcile. Both run inside the
+reconcile (a worker is held for at most ``timeoutSeconds``), so they are ordered with the
+Deployment writes of the same InferenceService.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any, Final
 
-from controlplane.api.v1alpha1 import InferenceService, ModelPool
+from controlplane.api.v1alpha1 import InferenceService, KvCacheOperation, ModelPool
 from controlplane.api.v1alpha1.inferenceservice import PHASE_FAILED, PHASE_PENDING
 from controlplane.clock import TimeSource
 from controlplane.controllers.children import FIELD_MANAGER, foreign_child, needs_apply
+from controlplane.controllers.inferenceservice import kvcache
 from controlplane.controllers.inferenceservice.desired import (
     ISVC_LABEL,
+    PORT_NAME,
     desired_deployment,
     desired_service,
+)
+from controlplane.controllers.inferenceservice.kvcache import RestoreStep
+from controlplane.controllers.inferenceservice.metrics import (
+    KV_CACHE_DURATION,
+    KV_CACHE_OPERATIONS,
 )
 from controlplane.controllers.inferenceservice.status import (
     Hold,
@@ -65,14 +86,16 @@ from controlplane.controllers.modelpool.grant import (
     pools_listing,
     withheld_by,
 )
+from controlplane.probes.slotcache import RESTORE, SAVE, CacheOutcome, CacheReport, SlotCacheClient
 from controlplane.runtime.cache import NAMESPACE_INDEX, Object
-from controlplane.runtime.client import KubeClient
+from controlplane.runtime.client import STRATEGIC_MERGE_PATCH, KubeClient
 from controlplane.runtime.controller import Request, Result
+from controlplane.runtime.endpoints import SERVICE_NAME_LABEL, pod_urls
 from controlplane.runtime.errors import Conflict, NotFound
 from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
 from controlplane.runtime.manager import Manager
-from controlplane.runtime.resources import DEPLOYMENTS, PODS, SERVICES
+from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, PODS, SERVICES
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +108,11 @@ MAX_CONCURRENT_RECONCILES: Final = 2
 #: the members first, one round trip apart, and a member started before its pool exists would run
 #: beside the pool's choice. A model load takes far longer than this.
 UNLISTED_SETTLE_SECONDS: Final = 2.0
+#: Writes of ``status.kvCache`` retried on a conflict (each re-reads the live object): the record
+#: of a save must not be lost to a concurrent status write, or the restore would not find it.
+KV_STATUS_WRITE_ATTEMPTS: Final = 4
+#: How soon a pod whose server is loaded but not yet behind its Service is looked at again.
+KV_ENDPOINT_RECHECK_SECONDS: Final = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +139,10 @@ class InferenceServiceReconciler:
         services: Informer,
         pods: Informer,
         pools: Informer,
+        endpoint_slices: Informer,
+        slot_cache: SlotCacheClient | None = None,
         clock: TimeSource = time.monotonic,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.client = client
         self.recorder = recorder
@@ -120,9 +151,21 @@ class InferenceServiceReconciler:
         self.services = services
         self.pods = pods
         self.pools = pools
+        self.endpoint_slices = endpoint_slices
+        self.slot_cache = slot_cache or SlotCacheClient()
         self.clock = clock
+        self.wall_clock = wall_clock
         #: Per key, the uid and when we first saw it, for :data:`UNLISTED_SETTLE_SECONDS`.
         self._first_seen: dict[str, tuple[str | None, float]] = {}
+        #: Per pod uid: when a pod to restore into was first seen loaded but not yet behind its
+        #: Service (on :attr:`clock`); past ``timeoutSeconds`` the restore is given up.
+        self._unlisted_since: dict[str, float] = {}
+        #: Keys whose Deployment we lowered and whose cached Deployment still shows it up: a
+        #: reconcile on that stale cache must not save the draining pod's slots a second time.
+        self._lowered: set[str] = set()
+        #: Pods (uids) whose restore gate we opened and whose cached copy does not show it yet: a
+        #: reconcile on that stale cache must not restore them a second time.
+        self._gates_opened: set[str] = set()
 
     async def reconcile(self, request: Request) -> Result:
         key = str(request)
@@ -146,24 +189,33 @@ class InferenceServiceReconciler:
             except NotFound:
                 return Result()  # deleted meanwhile
         isvc = InferenceService.from_dict(replicas.obj)
+        requeue: float | None = None
         if conflict is None:
             wanted = desired_deployment(isvc, replicas.count)
+            if _deployment_replicas(deployment) == 0:
+                self._lowered.discard(key)  # the cache has caught up with our last lowering
             if needs_apply(deployment, wanted):
+                lowering = replicas.count < _deployment_replicas(deployment)
+                if lowering and key not in self._lowered:
+                    isvc = await self._save_kv_cache(key, isvc)
                 deployment = await self.client.apply(
                     DEPLOYMENTS, wanted, field_manager=FIELD_MANAGER, force=True
                 )
+                if lowering:
+                    self._lowered.add(key)
+                elif replicas.count > 0:
+                    self._lowered.discard(key)
                 log.info("%s: applied Deployment (replicas %d)", key, replicas.count)
             wanted = desired_service(isvc)
             if needs_apply(service, wanted):
                 await self.client.apply(SERVICES, wanted, field_manager=FIELD_MANAGER, force=True)
                 log.info("%s: applied Service", key)
+            isvc, requeue = await self._restore_kv_cache(key, isvc)
         decision = compute_phase(replicas.count, deployment, self._pod_count(isvc), conflict)
         decision = explain_hold(decision, replicas.hold)
-        settle = (
-            Result(requeue_after=replicas.hold.settle_seconds)
-            if replicas.hold.settling
-            else Result()
-        )
+        if replicas.hold.settling:
+            requeue = min(requeue or replicas.hold.settle_seconds, replicas.hold.settle_seconds)
+        settle = Result(requeue_after=requeue) if requeue is not None else Result()
         status = desired_status(isvc, decision, deployment, replicas.pools)
         if not status_changed(isvc.status, status):
             return settle
@@ -248,10 +300,165 @@ class InferenceServiceReconciler:
             self._first_seen[key] = seen
         return max(0.0, seen[1] + UNLISTED_SETTLE_SECONDS - now)
 
-    def _pod_count(self, isvc: InferenceService) -> int:
+    def _pod_keys(self, isvc: InferenceService) -> set[str]:
         label = f"{ISVC_LABEL}={isvc.name}"
         keys = set(self.pods.store.index_keys("label", label))
-        return len(keys & set(self.pods.store.index_keys(NAMESPACE_INDEX, isvc.namespace or "")))
+        return keys & set(self.pods.store.index_keys(NAMESPACE_INDEX, isvc.namespace or ""))
+
+    def _pod_count(self, isvc: InferenceService) -> int:
+        return len(self._pod_keys(isvc))
+
+    def _pods(self, isvc: InferenceService) -> list[Object]:
+        return [pod for key in sorted(self._pod_keys(isvc)) if (pod := self.pods.store.get(key))]
+
+    # -- the KV cache ------------------------------------------------------------------------------
+
+    async def _save_kv_cache(self, key: str, isvc: InferenceService) -> InferenceService:
+        """Before the Deployment is lowered: save the Ready pod's used slots (bounded) and record
+        it in ``status.kvCache.lastSave``. Returns the InferenceService as last written."""
+        if not isvc.spec.kv_cache_enabled() or isvc.spec.kv_cache is None:
+            return isvc
+        pod = kvcache.pod_to_save_from(self._pods(isvc))
+        url = None
+        if pod is not None:
+            url = self._pod_url(isvc, pod)
+        if pod is None or url is None:
+            log.info("%s: no ready server to save the KV cache from", key)
+            return isvc
+        pod_name = str(pod["metadata"]["name"])
+        report = await self.slot_cache.save(url, timeout=isvc.spec.kv_cache.timeout(), member=key)
+        self._record(isvc, SAVE, report, pod_name)
+        record = kvcache.operation_record(report, pod_name, self.wall_clock())
+        return await self._write_kv_status(isvc, save=record)
+
+    async def _restore_kv_cache(
+        self, key: str, isvc: InferenceService
+    ) -> tuple[InferenceService, float | None]:
+        """Each pod with the restore gate not yet True: restore (bounded), record, open the gate.
+        Returns the InferenceService as last written and when to look again, if needed."""
+        requeue: float | None = None
+        for pod in self._pods(isvc):
+            step = kvcache.restore_step(pod, isvc)
+            uid = str(pod["metadata"].get("uid"))
+            if step is RestoreStep.DONE:
+                self._gates_opened.discard(uid)
+                continue
+            if step is RestoreStep.WAIT or uid in self._gates_opened:
+                continue
+            pod_name = str(pod["metadata"]["name"])
+            if step is RestoreStep.NOTHING:
+                why = "spec.kvCache is off" if not isvc.spec.kv_cache_enabled() else "nothing saved"
+                await self._open_gate(isvc, pod, kvcache.restore_verdict(None, why))
+                continue
+            assert isvc.spec.kv_cache is not None  # RESTORE is only for an enabled cache
+            timeout = isvc.spec.kv_cache.timeout()
+            url = self._pod_url(isvc, pod)
+            if url is None:
+                # Judged on this controller's clock from when it first saw the server loaded but
+                # unlisted, never from the kubelet's timestamps (another machine's clock).
+                since = self._unlisted_since.setdefault(uid, self.clock())
+                if self.clock() - since < timeout:
+                    requeue = KV_ENDPOINT_RECHECK_SECONDS
+                    continue
+                report = CacheReport(
+                    CacheOutcome.FAILED,
+                    f"the server was not listed behind its Service within {timeout} s",
+                )
+            else:
+                slots = kvcache.slots_to_restore(isvc.status.kv_cache)
+                report = await self.slot_cache.restore(url, slots, timeout=timeout, member=key)
+            self._unlisted_since.pop(uid, None)
+            self._record(isvc, RESTORE, report, pod_name)
+            record = kvcache.operation_record(report, pod_name, self.wall_clock())
+            isvc = await self._write_kv_status(isvc, restore=record)
+            await self._open_gate(isvc, pod, kvcache.restore_verdict(report))
+        return isvc, requeue
+
+    def _pod_url(self, isvc: InferenceService, pod: Mapping[str, Any]) -> str | None:
+        urls = pod_urls(self.endpoint_slices.store, isvc.namespace or "", isvc.name, PORT_NAME)
+        return urls.get(str(pod["metadata"]["name"]))
+
+    def _record(
+        self, isvc: InferenceService, operation: str, report: CacheReport, pod: str
+    ) -> None:
+        """The metric, the log line and the event of one save or restore."""
+        namespace = isvc.namespace or ""
+        KV_CACHE_OPERATIONS.labels(namespace, isvc.name, operation, report.outcome.value).inc()
+        KV_CACHE_DURATION.labels(operation).observe(report.seconds)
+        failed = report.outcome in (
+            CacheOutcome.FAILED,
+            CacheOutcome.PARTIAL,
+            CacheOutcome.TIMED_OUT,
+        )
+        log.log(logging.WARNING if failed else logging.INFO, "%s/%s: KV cache %s of pod %s: %s",
+                namespace, isvc.name, operation, pod, report.detail)  # fmt: skip
+        if operation == SAVE:
+            reason = kvcache.EVENT_SAVE_FAILED if failed else kvcache.EVENT_SAVED
+        else:
+            reason = kvcache.EVENT_RESTORE_FAILED if failed else kvcache.EVENT_RESTORED
+        note = f"pod {pod}: {report.outcome.value}: {report.detail}"
+        self.recorder.event(
+            isvc.to_dict(),
+            "Warning" if failed else "Normal",
+            reason,
+            "SaveKvCache" if operation == SAVE else "RestoreKvCache",
+            note,
+        )
+
+    async def _write_kv_status(
+        self,
+        isvc: InferenceService,
+        *,
+        save: KvCacheOperation | None = None,
+        restore: KvCacheOperation | None = None,
+    ) -> InferenceService:
+        """Write ``status.kvCache`` with the new record, re-reading the live object on a conflict
+        (the record must not be lost). Returns the InferenceService as written (unchanged when
+        it is gone or every attempt conflicted)."""
+        current = isvc
+        for _ in range(KV_STATUS_WRITE_ATTEMPTS):
+            current.status.kv_cache = kvcache.with_operation(
+                current.status.kv_cache, save=save, restore=restore
+            )
+            try:
+                written = await self.client.update_status(
+                    InferenceService.resource(), current.to_dict()
+                )
+                return InferenceService.from_dict(written)
+            except Conflict:
+                try:
+                    live = await self.client.get(
+                        InferenceService.resource(), isvc.name, isvc.namespace
+                    )
+                except NotFound:
+                    return isvc
+                current = InferenceService.from_dict(live)
+            except NotFound:
+                return isvc
+        log.warning("%s/%s: status.kvCache not written: %d conflicts in a row",
+                    isvc.namespace, isvc.name, KV_STATUS_WRITE_ATTEMPTS)  # fmt: skip
+        return isvc
+
+    async def _open_gate(
+        self, isvc: InferenceService, pod: Mapping[str, Any], verdict: kvcache.RestoreVerdict
+    ) -> None:
+        """Set the pod's restore condition True (the pod may then become Ready)."""
+        meta = pod["metadata"]
+        patch = kvcache.gate_condition_patch(verdict, self.wall_clock())
+        try:
+            await self.client.patch(
+                PODS,
+                meta["name"],
+                patch,
+                meta["namespace"],
+                patch_type=STRATEGIC_MERGE_PATCH,
+                subresource="status",
+            )
+        except NotFound:
+            return
+        self._gates_opened.add(str(meta.get("uid")))
+        log.info("%s/%s: pod %s may be Ready (%s)", isvc.namespace, isvc.name, meta["name"],
+                 verdict.reason)  # fmt: skip
 
 
 def _deployment_replicas(deployment: Mapping[str, Any] | None) -> int:
@@ -278,8 +485,15 @@ def _pods_to_owner(pod: Mapping[str, Any]) -> Iterable[Request]:
     return (Request(meta.get("namespace") or "", name),) if name else ()
 
 
+def _slice_to_owner(slice_: Mapping[str, Any]) -> Iterable[Request]:
+    """A member's Service has the member's name: its slices say where its pods answer."""
+    meta = slice_["metadata"]
+    name = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
+    return (Request(meta.get("namespace") or "", name),) if name else ()
+
+
 def setup_inference_service_controller(
-    manager: Manager, identity: str
+    manager: Manager, identity: str, slot_cache: SlotCacheClient | None = None
 ) -> InferenceServiceReconciler:
     """Wire the controller into ``manager`` (watching every namespace)."""
     inference_services = manager.informer(InferenceService.resource())
@@ -287,6 +501,7 @@ def setup_inference_service_controller(
     services = manager.informer(SERVICES)
     pods = manager.informer(PODS, label_selector=ISVC_LABEL)
     pools = manager.informer(ModelPool.resource())
+    endpoint_slices = manager.informer(ENDPOINT_SLICES, label_selector=SERVICE_NAME_LABEL)
     recorder = manager.event_recorder(EVENT_REPORTER, identity)
     reconciler = InferenceServiceReconciler(
         manager.client,
@@ -296,6 +511,8 @@ def setup_inference_service_controller(
         services=services,
         pods=pods,
         pools=pools,
+        endpoint_slices=endpoint_slices,
+        slot_cache=slot_cache,
     )
     (
         manager.new_controller(
@@ -306,5 +523,6 @@ def setup_inference_service_controller(
         .owns(services)
         .watches(pods, _pods_to_owner)
         .watches(pools, _pool_to_members)
+        .watches(endpoint_slices, _slice_to_owner)
     )
     return reconciler
