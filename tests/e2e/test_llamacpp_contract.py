@@ -73,12 +73,26 @@ async def slots(server: RunningServer) -> list[dict[str, Any]]:
     return body
 
 
+async def sse_lines(response: httpx.Response) -> AsyncIterator[str]:
+    """The stream's lines as server-sent events end them (LF, CRLF or CR), and nothing else:
+    ``aiter_lines`` also splits at U+2028, U+0085 and the like, which a random-weights model's
+    tokens contain and JSON leaves unescaped inside a chunk."""
+    pending = b""
+    async for data in response.aiter_bytes():
+        pending += data
+        *complete, pending = pending.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+        for line in complete:
+            yield line.decode()
+    if pending:
+        yield pending.decode()
+
+
 class StreamedChat:
     """A streamed completion read up to its first content chunk, the rest on :meth:`finish`."""
 
     def __init__(self, response: httpx.Response) -> None:
         self.response = response
-        self.lines = response.aiter_lines()
+        self.lines = sse_lines(response)
         self.payloads: list[str] = []
 
     async def _next(self) -> str | None:
