@@ -129,6 +129,9 @@ def start_kind(name: str, workdir: Path) -> TestCluster:
     )
     kubectl = Path(hack("build-controlplane.sh")) / "kubectl"
     cluster = KindCluster(name, kind_path=tools / "kind", kubectl_path=kubectl)
+    # A cluster of that name left by an earlier run (or stopped with its Docker engine) is
+    # deleted, not reused: nothing from another run leaks into this one; a new one takes ~15 s.
+    cluster.delete()
     cluster.create(config)
     cluster.load_docker_image(image)
     for member_image in (sim_image, llama_image):
