@@ -75,3 +75,6 @@ async def install(cluster: TestCluster) -> None:
         for kind in (InferenceService, ModelPool, ModelRouter)
     ]
     await kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", *crds)
+    # kubectl's discovery cache may predate the CRDs (the apply itself filled it): refreshed, so
+    # `kubectl get modelpool-all` knows the category at once, as `make deploy` does for users.
+    await kubectl(cluster, "api-resources", "--categories=modelpool-all")
