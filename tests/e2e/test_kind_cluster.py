@@ -7,7 +7,9 @@ real identity; taking the leases rule out of the *installed* ClusterRole turns a
 ``Available=False`` (``ActivationRBAC``, naming the rule) while a working router keeps its three
 proxy replicas, and putting it back heals the new router without restarting the operator; the
 proxy's ServiceAccount is refused what it was never given; no component logs ``forbidden`` on the
-happy path.
+happy path; a request sent from a pod through the router's Service (three proxy replicas) swaps a
+pool whose members run the simulator image, or the real llama-server image, under the pool
+invariant monitor reading pods.
 """
 
 from __future__ import annotations
