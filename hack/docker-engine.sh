@@ -18,7 +18,6 @@ cd "$(dirname "$0")/.."
 DOCKERD_LOG="${DOCKERD_LOG:-/var/log/modelpool-dockerd.log}"
 RUNTIME_NAME=modelpool-runc
 RUNTIME_PATH=/usr/local/libexec/modelpool/runc-without-sys-resource
-CAP_SYS_RESOURCE_BIT=24
 
 log() { echo "[docker-engine] $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -47,17 +46,14 @@ if ! engine_answers; then
   wait_for_engine
 fi
 
-# Does dockerd's bounding set hold CAP_SYS_RESOURCE? Read it off the daemon's own process when
-# it runs here, else off this shell's (a remote engine is not ours to change).
-dockerd_pid=$(pidof dockerd 2>/dev/null | awk '{print $1}' || true)
-if [ -n "$dockerd_pid" ]; then
-  bounding=$(awk '/^CapBnd:/ {print $2}' "/proc/$dockerd_pid/status")
-  if (( (16#$bounding >> CAP_SYS_RESOURCE_BIT & 1) == 0 )); then
-    if ! docker info --format '{{json .Runtimes}}' | grep -q "\"$RUNTIME_NAME\""; then
-      log "dockerd's bounding set ($bounding) lacks CAP_SYS_RESOURCE: installing the $RUNTIME_NAME runtime"
-      install -D -m 0755 hack/runc-without-sys-resource "$RUNTIME_PATH"
-      mkdir -p /etc/docker
-      /usr/bin/python3 - "$RUNTIME_NAME" "$RUNTIME_PATH" <<'PY'
+# Only where dockerd's own bounding set lacks CAP_SYS_RESOURCE (hack/dockerd-caps.sh).
+source hack/dockerd-caps.sh
+if dockerd_lacks_sys_resource; then
+  if ! docker info --format '{{json .Runtimes}}' | grep -q "\"$RUNTIME_NAME\""; then
+    log "dockerd's bounding set lacks CAP_SYS_RESOURCE: installing the $RUNTIME_NAME runtime"
+    install -D -m 0755 hack/runc-without-sys-resource "$RUNTIME_PATH"
+    mkdir -p /etc/docker
+    /usr/bin/python3 - "$RUNTIME_NAME" "$RUNTIME_PATH" <<'PY'
 import json, os, sys
 name, path = sys.argv[1:3]
 file = "/etc/docker/daemon.json"
@@ -66,14 +62,13 @@ config.setdefault("runtimes", {})[name] = {"path": path}
 config["default-runtime"] = name
 json.dump(config, open(file, "w"), indent=2)
 PY
-      kill -HUP "$dockerd_pid"
-      for _ in $(seq 1 40); do
-        docker info --format '{{json .Runtimes}}' | grep -q "\"$RUNTIME_NAME\"" && break
-        sleep 0.25
-      done
-      docker info --format '{{.DefaultRuntime}}' | grep -qx "$RUNTIME_NAME" \
-        || die "dockerd did not take the $RUNTIME_NAME runtime from /etc/docker/daemon.json"
-    fi
+    kill -HUP "$(pidof dockerd | awk '{print $1}')"
+    for _ in $(seq 1 40); do
+      docker info --format '{{json .Runtimes}}' | grep -q "\"$RUNTIME_NAME\"" && break
+      sleep 0.25
+    done
+    docker info --format '{{.DefaultRuntime}}' | grep -qx "$RUNTIME_NAME" \
+      || die "dockerd did not take the $RUNTIME_NAME runtime from /etc/docker/daemon.json"
   fi
 fi
 log "server $(docker version --format '{{.Server.Version}}'), default runtime $(docker info --format '{{.DefaultRuntime}}')"

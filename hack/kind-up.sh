@@ -16,15 +16,13 @@ KIND_CLUSTER="${KIND_CLUSTER:-modelpool}"
 log() { echo "[kind-up] $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+source hack/dockerd-caps.sh
+
 # The cluster configuration for node image $1, following this host (see the header).
 print_config() {
-  local node_image="$1" cgroup_v1=false restrict_oom=false dockerd_pid bounding
+  local node_image="$1" cgroup_v1=false restrict_oom=false
   [ -f /sys/fs/cgroup/cgroup.controllers ] || cgroup_v1=true
-  dockerd_pid=$(pidof dockerd 2>/dev/null | awk '{print $1}' || true)
-  if [ -n "$dockerd_pid" ]; then
-    bounding=$(awk '/^CapBnd:/ {print $2}' "/proc/$dockerd_pid/status")
-    if (( (16#$bounding >> 24 & 1) == 0 )); then restrict_oom=true; fi
-  fi
+  if dockerd_lacks_sys_resource; then restrict_oom=true; fi
   cat <<YAML
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
