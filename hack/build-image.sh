@@ -61,6 +61,13 @@ log "building wheels of the project and its pinned dependencies"
 SOURCE_DATE_EPOCH=315532800 "$PYTHON" -m pip wheel --quiet --wheel-dir "$work/wheels" . >&2 || die "pip wheel failed"
 tag=$( { (cd "$work/wheels" && sha256sum ./*.whl); chroot "$BASE_ROOT" dpkg-query -W; } | sha256sum | cut -c1-12)
 image="$IMAGE_REPOSITORY:dev-$tag"
+# Earlier dev builds of repository $1 are superseded by $2: dropped, so each code change does not
+# keep another copy.
+drop_superseded() {
+  docker images "$1" --format '{{.Repository}}:{{.Tag}}' | grep -vx "$2" | grep ':dev-' \
+    | xargs -r docker rmi >/dev/null 2>&1 || true
+}
+
 # The member images: local builds over the project image (nothing pulled).
 llama_server_image() {
   local binary ref context seed model
@@ -78,8 +85,7 @@ llama_server_image() {
       'ENTRYPOINT ["/opt/llama/llama-server"]' 'CMD []' >"$context/Dockerfile"
     docker build -q -t "$ref" "$context" >/dev/null
     rm -rf "$context"
-    docker images "$LLAMA_REPOSITORY" --format '{{.Repository}}:{{.Tag}}' | grep -vx "$ref" \
-      | xargs -r docker rmi >/dev/null 2>&1 || true
+    drop_superseded "$LLAMA_REPOSITORY" "$ref"
     log "built $ref"
   fi
   echo "$ref"
@@ -93,8 +99,7 @@ finish() {
     if ! docker image inspect "$sim" >/dev/null 2>&1; then
       printf 'FROM %s\nENTRYPOINT ["controlplane", "llama-sim"]\nCMD []\n' "$image" \
         | docker build -q -t "$sim" - >/dev/null
-      docker images "$SIM_REPOSITORY" --format '{{.Repository}}:{{.Tag}}' | grep -vx "$sim" \
-        | xargs -r docker rmi >/dev/null 2>&1 || true
+      drop_superseded "$SIM_REPOSITORY" "$sim"
       log "built $sim"
     fi
     echo "$sim"
@@ -128,9 +133,7 @@ tar -C "$root" --numeric-owner -c . | docker import \
   -c 'ENTRYPOINT ["controlplane"]' \
   -c 'CMD ["--help"]' \
   - "$image" >/dev/null
-# Earlier dev builds are superseded: drop them so each code change does not keep another copy.
-docker images "$IMAGE_REPOSITORY" --format '{{.Repository}}:{{.Tag}}' | grep -vx "$image" | grep ':dev-' \
-  | xargs -r docker rmi >/dev/null 2>&1 || true
+drop_superseded "$IMAGE_REPOSITORY" "$image"
 size=$(docker image inspect "$image" --format '{{.Size}}')
 log "built $image in $(( $(date +%s) - start )) s, $(( size / 1000000 )) MB"
 finish "$@"
