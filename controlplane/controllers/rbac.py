@@ -63,23 +63,29 @@ MODEL_ROUTER_RULES = (
     PolicyRule(("rbac.authorization.k8s.io",), ("roles", "rolebindings"), (*READ, *WRITE)),
     # Backends are read (never written) for the BackendsReady condition.
     PolicyRule((GROUP,), ("inferenceservices", "modelpools"), READ),
-    # The operator may grant only what it holds: everything the Role it writes for a router's
-    # proxy grants (ROUTER_PROXY_RULES: the activation rules, modelrouters, endpointslices).
-    *ACTIVATION_ROLE_RULES,
-    PolicyRule((GROUP,), ("modelrouters",), READ),
-    PolicyRule(("discovery.k8s.io",), ("endpointslices",), READ),
 )
 
 #: Events, for every controller.
 EVENT_RULES = (PolicyRule(("events.k8s.io",), ("events",), ("create", "patch")),)
 
-#: The operator's ClusterRole: the union of its controllers' needs.
-OPERATOR_CLUSTER_RULES = (
+#: What the operator's own code calls: the union of its controllers' needs.
+OPERATOR_OWN_RULES = (
     *INFERENCE_SERVICE_RULES,
     *MODEL_POOL_RULES,
     *MODEL_ROUTER_RULES,
     *EVENT_RULES,
 )
+
+#: What the operator holds only to grant it: the API server lets the ModelRouter controller write a
+#: router's activation Role only if the operator holds every permission in it, and of those its
+#: own code never writes Leases. Rendered as a rule of its own in the ClusterRole (not merged into
+#: the pool controller's leases rule), so that an administrator who removes it stops the
+#: activation of new routers (``ActivationRBAC``) while pools go on reconciling. Exactly the part
+#: of ``ROUTER_PROXY_RULES`` that ``OPERATOR_OWN_RULES`` lacks (a unit test holds it to that).
+PROXY_GRANT_RULES = (PolicyRule(("coordination.k8s.io",), ("leases",), WRITE),)
+
+#: The operator's ClusterRole: its own needs and what it grants to router proxies.
+OPERATOR_CLUSTER_RULES = (*OPERATOR_OWN_RULES, *PROXY_GRANT_RULES)
 
 #: The operator's leader-election Role, in its own namespace only.
 LEADER_ELECTION_RULES = (
@@ -102,6 +108,7 @@ OPERATOR_CLUSTER_RULES_BY_OWNER = {
     "ModelPool controller": MODEL_POOL_RULES,
     "ModelRouter controller": MODEL_ROUTER_RULES,
     "event recorder": EVENT_RULES,
+    "ModelRouter controller, to grant router proxies": PROXY_GRANT_RULES,
 }
 
 #: Roles the operator writes at run time, by what they are: each must be a subset of the

@@ -1,8 +1,9 @@
 """Render ``manifests/rbac/`` from the declared rules: ServiceAccount, ClusterRole, Role, bindings.
 
-The ClusterRole is the compacted union of every controller's declarations (one rule per resource),
-and the leader-election Role lives in the operator's namespace only: holding Leases cluster-wide
-is not needed to elect a leader, so it is not granted.
+The ClusterRole is the compacted union of every controller's declarations (one rule per
+resource), followed by the rules the operator holds only to grant them to router proxies, kept
+apart so that they can be removed alone. The leader-election Role lives in the operator's
+namespace only: holding Leases cluster-wide is not needed to elect a leader, so it is not granted.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import yaml
 
 from controlplane.controllers.rbac import (
     LEADER_ELECTION_RULES,
-    OPERATOR_CLUSTER_RULES,
     OPERATOR_NAMESPACE,
+    OPERATOR_OWN_RULES,
     OPERATOR_SERVICE_ACCOUNT,
+    PROXY_GRANT_RULES,
 )
 from controlplane.runtime.rbac import PolicyRule, compact
 
@@ -66,7 +68,7 @@ def rbac_documents() -> dict[str, dict[str, Any]]:
             "apiVersion": RBAC_API,
             "kind": "ClusterRole",
             "metadata": _meta(CLUSTER_ROLE),
-            "rules": _rules(OPERATOR_CLUSTER_RULES),
+            "rules": _rules(OPERATOR_OWN_RULES) + _rules(PROXY_GRANT_RULES),
         },
         "cluster_role_binding.yaml": {
             "apiVersion": RBAC_API,

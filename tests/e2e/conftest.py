@@ -38,6 +38,7 @@ from tests.e2e.clusters import (
 from tests.e2e.invariants import note_test_outcome
 from tests.e2e.kubectl import install
 from tests.e2e.operator_process import OperatorProcess, start_operator, stopped_at_exit
+from tests.e2e.operator_rbac import operator_without_grant_rules
 
 _session_cluster: TestCluster | None = None
 
@@ -188,3 +189,10 @@ def pytest_runtest_makereport(
         for name, text in _session_cluster.diagnostics().items():
             report.sections.append((name, text[-4000:]))
     return report
+
+
+@pytest.fixture
+async def reduced_operator(admin: KubeClient, namespace: str) -> AsyncIterator[None]:
+    """The operator's account without the ClusterRole's grant-only rules, for one test."""
+    async with operator_without_grant_rules(admin, namespace):
+        yield

@@ -3,13 +3,14 @@ here, under their own ServiceAccounts, with a real kubelet, deployment controlle
 
 What only a cluster shows: the image starts as the non-root user the manifests demand; the
 activation Role the in-cluster operator writes passes the API server's escalation check for its
-real identity; taking the leases rule out of the *installed* ClusterRole turns a new router
-``Available=False`` (``ActivationRBAC``, naming the rule) while a working router keeps its three
-proxy replicas, and putting it back heals the new router without restarting the operator; the
-proxy's ServiceAccount is refused what it was never given; no component logs ``forbidden`` on the
-happy path; a request sent from a pod through the router's Service (three proxy replicas) swaps a
-pool whose members run the simulator image, or the real llama-server image, under the pool
-invariant monitor reading pods.
+real identity; taking the rule held only to grant proxies Leases out of the *installed*
+ClusterRole turns a new router ``Available=False`` (``ActivationRBAC``, naming the rule) while a
+working router keeps its three proxy replicas and the pool controller its own leases rule, and
+putting it back heals the new router without restarting the operator; the proxy's ServiceAccount
+is refused what it was never given; no component logs ``forbidden`` on the happy path; a request
+sent from a pod through the router's Service (three proxy replicas) swaps a pool whose members run
+the simulator image, or the real llama-server image, under the pool invariant monitor reading
+pods.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from controlplane.runtime.resources import (
 from tests.e2e.clusters import TestCluster
 from tests.e2e.invariants import PoolInvariantMonitor
 from tests.e2e.kubectl import install, kubectl
+from tests.e2e.operator_rbac import operator_may, without_grant_rules
 from tests.e2e.test_modelrouter import condition, wait_router
 from tests.e2e.waiting import eventually
 
@@ -173,16 +175,17 @@ async def test_activation_rbac_follows_the_installed_cluster_role_without_a_rest
 
     installed = await admin.get(CLUSTER_ROLES, "modelpool-operator")
     reduced = copy.deepcopy(installed)
-    reduced["rules"] = [r for r in reduced["rules"] if r.get("resources") != ["leases"]]
-    assert len(reduced["rules"]) == len(installed["rules"]) - 1
+    reduced["rules"] = without_grant_rules(reduced["rules"])
     await admin.update(CLUSTER_ROLES, reduced)
     try:
         await admin.create(ROUTERS, router("denied", cluster.image, 1), namespace)
         denied = await wait_router(admin, namespace, "denied", "Failed", Available="ActivationRBAC")
         message = (condition(denied, "Available") or {}).get("message", "")
         assert "leases" in message, message
-        # The router that was working keeps its three proxies while the other is refused.
+        # The router that was working keeps its three proxies while the other is refused, and
+        # the pool controller keeps its own leases rule: a watch it renews is still allowed.
         assert await available_proxies(admin, namespace, "working") == 3
+        assert await operator_may(admin, namespace, "watch", "leases", "coordination.k8s.io")
     finally:
         with anyio.CancelScope(shield=True):
             restored = await admin.get(CLUSTER_ROLES, "modelpool-operator")

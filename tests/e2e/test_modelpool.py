@@ -409,6 +409,22 @@ async def test_a_broken_idle_check_defers_the_swap_until_it_answers(
     assert await replicas(admin, namespace, "a") == 0
 
 
+async def test_pools_swap_while_the_operator_may_no_longer_grant_proxies_leases(
+    admin: KubeClient,
+    namespace: str,
+    operator: OperatorProcess,
+    node: NodeStandInProcess,
+    reduced_operator: None,
+) -> None:
+    """The rule held only to grant router proxies Leases is removed (router activation is then
+    refused, test_modelrouter.py): the pool controller still reads its pool's Lease with its own
+    rule, so a claim is seen and the swap completes."""
+    await warm_pool(admin, namespace)
+    await take_lease(admin, namespace, "gpu", target="b")
+    pool = await wait_pool(admin, namespace, "gpu", settled("b"), "b to be resident")
+    assert [m["name"] for m in pool["status"]["members"] if m["resident"]] == ["b"]
+
+
 async def test_a_withdrawn_intent_returns_the_pool_to_its_resident(
     admin: KubeClient, namespace: str, operator: OperatorProcess, node: NodeStandInProcess
 ) -> None:

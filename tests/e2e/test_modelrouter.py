@@ -9,35 +9,24 @@ garbage collector makes ownerReferences cascade. No timing is asserted beyond ge
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import secrets
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 import yaml
 
 from controlplane.api.v1alpha1 import InferenceService, ModelRouter
 from controlplane.controllers.rbac import (
-    OPERATOR_NAMESPACE,
-    OPERATOR_SERVICE_ACCOUNT,
     ROUTER_PROXY_RULES,
 )
-from controlplane.rbacmanifests.check import load_documents
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.rbac import compact
 from controlplane.runtime.resources import (
-    CLUSTER_ROLE_BINDINGS,
-    CLUSTER_ROLES,
     DEPLOYMENTS,
     EVENTS,
     ROLE_BINDINGS,
     ROLES,
-    SELF_SUBJECT_ACCESS_REVIEWS,
     SERVICE_ACCOUNTS,
     SERVICES,
 )
@@ -48,8 +37,6 @@ REPO = Path(__file__).resolve().parents[2]
 ROUTERS = ModelRouter.resource()
 ISVC = InferenceService.resource()
 TIMEOUT = 30.0
-OPERATOR = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}"
-BINDING = "modelpool-operator"  # the generated ClusterRoleBinding
 
 
 def sample_router(**proxy: Any) -> dict[str, Any]:
@@ -250,85 +237,6 @@ async def test_deleting_the_router_cascades(
 
 
 # -- the escalation path ---------------------------------------------------------------------------
-
-
-async def operator_may(
-    admin: KubeClient, namespace: str, verb: str, resource: str, group: str
-) -> bool:
-    """What the API server's authorizer says the operator's account may do, right now."""
-    review = {
-        "apiVersion": "authorization.k8s.io/v1",
-        "kind": "SelfSubjectAccessReview",
-        "spec": {
-            "resourceAttributes": {
-                "namespace": namespace,
-                "verb": verb,
-                "resource": resource,
-                "group": group,
-            }
-        },
-    }
-    async with KubeClient(admin.config.impersonating(OPERATOR)) as as_operator:
-        answer = await as_operator.create(SELF_SUBJECT_ACCESS_REVIEWS, review)
-    return bool(answer["status"].get("allowed"))
-
-
-def committed_binding() -> dict[str, Any]:
-    (binding,) = [
-        d
-        for d in load_documents([REPO / "manifests" / "rbac"])
-        if d["kind"] == "ClusterRoleBinding" and d["metadata"]["name"] == BINDING
-    ]
-    return binding
-
-
-async def rebind(admin: KubeClient, role: str) -> None:
-    """Point the operator's ClusterRoleBinding at ``role`` (roleRef is immutable: recreate it)."""
-    binding = copy.deepcopy(committed_binding())
-    binding["roleRef"]["name"] = role
-    with contextlib.suppress(NotFound):
-        await admin.delete(CLUSTER_ROLE_BINDINGS, BINDING)
-
-    async def gone() -> bool:
-        try:
-            await admin.get(CLUSTER_ROLE_BINDINGS, BINDING)
-        except NotFound:
-            return True
-        return False
-
-    await eventually(gone, what="the old binding to go")
-    await admin.create(CLUSTER_ROLE_BINDINGS, binding)
-
-
-@pytest.fixture
-async def reduced_operator(admin: KubeClient, namespace: str) -> AsyncIterator[None]:
-    """The operator's account bound to a copy of its ClusterRole without the leases rule;
-    the committed binding is restored afterwards, whatever happens."""
-    name = f"modelpool-operator-mutant-{secrets.token_hex(3)}"
-    (committed,) = [
-        d for d in load_documents([REPO / "manifests" / "rbac"]) if d["kind"] == "ClusterRole"
-    ]
-    role = copy.deepcopy(committed)
-    role["metadata"] = {"name": name}
-    role["rules"] = [r for r in role["rules"] if r["resources"] != ["leases"]]
-    await admin.create(CLUSTER_ROLES, role)
-    try:
-        await rebind(admin, name)
-
-        async def reduced() -> bool:
-            return not await operator_may(
-                admin, namespace, "get", "leases", "coordination.k8s.io"
-            ) and await operator_may(
-                admin, namespace, "create", "roles", "rbac.authorization.k8s.io"
-            )
-
-        await eventually(reduced, timeout=TIMEOUT, what="the authorizer to see the reduced role")
-        yield
-    finally:
-        with anyio.CancelScope(shield=True):
-            await rebind(admin, committed_binding()["roleRef"]["name"])
-            with contextlib.suppress(NotFound):
-                await admin.delete(CLUSTER_ROLES, name)
 
 
 async def test_activation_rbac_refused_marks_the_router_failed(

@@ -34,9 +34,10 @@ def cluster_role(documents: list[dict[str, Any]]) -> dict[str, Any]:
     return the(documents, "ClusterRole", "modelpool-operator")
 
 
-def drop_rule(role: dict[str, Any], resource: str) -> dict[str, Any]:
+def drop_rule(role: dict[str, Any], resource: str, verb: str = "get") -> dict[str, Any]:
+    """Remove the one rule on ``resource`` that holds ``verb``; return it."""
     rules: list[dict[str, Any]] = role["rules"]
-    (dropped,) = [r for r in rules if r["resources"] == [resource]]
+    (dropped,) = [r for r in rules if r["resources"] == [resource] and verb in r["verbs"]]
     rules.remove(dropped)
     return dropped
 
@@ -56,13 +57,29 @@ def test_committed_rbac_is_what_the_declarations_render() -> None:
         assert path.read_text() == content, f"{path} is out of date: run `make manifests`"
 
 
-def test_removing_the_leases_rule_fails_naming_leases(documents: list[dict[str, Any]]) -> None:
-    drop_rule(cluster_role(documents), "leases")
+def test_removing_the_leases_rules_fails_naming_leases(documents: list[dict[str, Any]]) -> None:
+    drop_rule(cluster_role(documents), "leases", "get")
+    drop_rule(cluster_role(documents), "leases", "create")
     findings = check(documents)
     missing = problems(findings, "missing")
     assert any(LEASES in m and "ModelPool controller" in m for m in missing), missing
     escalation = problems(findings, "escalation")
     assert any(LEASES in m and "activation Role" in m for m in escalation), escalation
+
+
+def test_the_grant_only_leases_rule_is_apart_from_the_pool_controllers(
+    documents: list[dict[str, Any]],
+) -> None:
+    """Removing the rule held only to grant proxies Leases is an escalation for the activation
+    Role, and leaves the ModelPool controller's own reads granted."""
+    dropped = drop_rule(cluster_role(documents), "leases", "create")
+    assert "get" not in dropped["verbs"]
+    findings = check(documents)
+    missing = problems(findings, "missing")
+    assert missing
+    assert all("to grant router proxies" in m for m in missing), missing
+    escalation = problems(findings, "escalation")
+    assert any(f"delete on {LEASES}" in m and "activation Role" in m for m in escalation)
 
 
 def test_a_missing_verb_is_a_missing_rule_and_an_escalation(
