@@ -42,6 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--metrics-bind-address", type=host_port_or_off, default=DEFAULT_METRICS_ADDRESS
     )
     parser.add_argument("--preflight-cache-dir", type=Path, default=None)
+    parser.add_argument(
+        "--proxy-image",
+        default=os.environ.get("MODELPOOL_PROXY_IMAGE", ""),
+        help="image of a proxy whose ModelRouter names none ($MODELPOOL_PROXY_IMAGE; "
+        "default: the operator's own, read from its Pod)",
+    )
 
 
 def settings_from(args: argparse.Namespace) -> OperatorSettings:
@@ -54,6 +60,8 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
         probe_address=args.health_probe_bind_address,
         metrics_address=args.metrics_bind_address,
         preflight_cache_dir=args.preflight_cache_dir,
+        proxy_image=args.proxy_image,
+        pod_name=os.environ.get("POD_NAME", ""),
     )
 
 

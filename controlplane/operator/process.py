@@ -20,6 +20,7 @@ import logging
 from controlplane.controllers.inferenceservice import setup_inference_service_controller
 from controlplane.controllers.modelpool import setup_model_pool_controller
 from controlplane.controllers.modelrouter import setup_model_router_controller
+from controlplane.operator.proxyimage import ProxyImage
 from controlplane.operator.settings import OperatorSettings
 from controlplane.preflight import Component, PreflightGate
 from controlplane.process import default_identity, gate_on_preflight
@@ -60,7 +61,13 @@ def build_manager(settings: OperatorSettings) -> tuple[Manager, PreflightGate]:
     # Controllers register here, each with the informers it reads.
     setup_inference_service_controller(manager, identity)
     setup_model_pool_controller(manager, identity)
-    setup_model_router_controller(manager, identity)
+    proxy_image = ProxyImage(
+        manager.client,
+        configured=settings.proxy_image,
+        pod_namespace=settings.namespace,
+        pod_name=settings.pod_name,
+    )
+    setup_model_router_controller(manager, identity, proxy_image)
     return manager, gate
 
 

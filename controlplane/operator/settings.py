@@ -35,3 +35,8 @@ class OperatorSettings:
     metrics_address: tuple[str, int] | None = DEFAULT_METRICS_ADDRESS
     #: Where the preflight keeps its verdict (in a pod, an emptyDir).
     preflight_cache_dir: Path | None = None
+    #: The image of a proxy whose ModelRouter names none; empty means the operator's own
+    #: (:mod:`controlplane.operator.proxyimage`).
+    proxy_image: str = ""
+    #: The operator's own Pod ($POD_NAME), read for its image when ``proxy_image`` is empty.
+    pod_name: str = ""

@@ -80,15 +80,19 @@ async def operator_pod(cluster: TestCluster) -> str:
     return name
 
 
-def router(name: str, image: str, replicas: int) -> dict[str, Any]:
-    """A router in front of one (absent) InferenceService: its proxies run all the same."""
+def router(name: str, image: str | None, replicas: int) -> dict[str, Any]:
+    """A router in front of one (absent) InferenceService: its proxies run all the same. With
+    no ``image`` they run the operator's own (the image built here, loaded into the node)."""
+    proxy: dict[str, Any] = {"replicas": replicas}
+    if image is not None:
+        proxy["image"] = image
     return {
         "apiVersion": "inference.modelpool.dev/v1alpha1",
         "kind": "ModelRouter",
         "metadata": {"name": name},
         "spec": {
             "backends": [{"name": "solo", "inferenceServiceRef": {"name": "solo"}}],
-            "proxy": {"replicas": replicas, "image": image},
+            "proxy": proxy,
         },
     }
 
@@ -148,8 +152,12 @@ async def test_the_happy_path_logs_no_refusal(
     assert cluster.image is not None
     with contextlib.suppress(NotFound):
         await admin.delete(ROUTERS, "happy", namespace)
-    await admin.create(ROUTERS, router("happy", cluster.image, 2), namespace)
+    # No image named: the proxies run the operator's own, read from its Pod.
+    await admin.create(ROUTERS, router("happy", None, 2), namespace)
     await wait_available(admin, namespace, "happy", 2)
+    deployment = await admin.get(DEPLOYMENTS, "happy-proxy", namespace)
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == cluster.image
     proxies = await logs(cluster, namespace, "inference.modelpool.dev/modelrouter=happy")
     assert proxies.strip(), "the proxies wrote nothing to their logs"
     operator = await logs(cluster, OPERATOR_NAMESPACE, OPERATOR_LABEL)

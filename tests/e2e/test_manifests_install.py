@@ -49,7 +49,8 @@ async def test_default_install_and_samples_are_accepted(
     router = ModelRouter.from_dict(await admin.get(ModelRouter.resource(), "chat", namespace))
     assert router.spec.proxy is not None
     assert router.spec.proxy.replicas == 2
-    assert router.spec.proxy.image == "ghcr.io/modelpool/controlplane:0.1.0"
+    # No schema default: an unset image runs the operator's own (controlplane/operator/proxyimage).
+    assert router.spec.proxy.image is None
 
     # Installing again is a no-op, as an install must be: no object's spec changes.
     operator = await admin.get(DEPLOYMENTS, "modelpool-operator", "modelpool-system")

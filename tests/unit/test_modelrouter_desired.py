@@ -6,7 +6,6 @@ import copy
 from typing import Any
 
 from controlplane.api.v1alpha1 import ModelRouter
-from controlplane.api.v1alpha1.modelrouter import DEFAULT_PROXY_IMAGE
 from controlplane.controllers.children import MANAGED_BY_LABEL, SPEC_HASH_ANNOTATION, needs_apply
 from controlplane.controllers.modelrouter.desired import (
     PROXY_PORT,
@@ -36,6 +35,9 @@ OWNER = {
     "blockOwnerDeletion": True,
 }
 
+#: What the operator resolved as its own image (controlplane.operator.proxyimage).
+OWN_IMAGE = "modelpool.test/controlplane:built-here"
+
 
 def router(**proxy: Any) -> ModelRouter:
     return ModelRouter.from_dict(
@@ -57,7 +59,7 @@ def all_children(r: ModelRouter) -> list[dict[str, Any]]:
         desired_service_account(r),
         desired_role(r),
         desired_role_binding(r),
-        desired_deployment(r),
+        desired_deployment(r, OWN_IMAGE),
         desired_service(r),
     ]
 
@@ -117,7 +119,7 @@ def test_role_binding_binds_the_role_to_the_proxy_account() -> None:
 
 
 def test_deployment_honours_replicas_and_runs_the_proxy() -> None:
-    deployment = desired_deployment(router(replicas=3))
+    deployment = desired_deployment(router(replicas=3), OWN_IMAGE)
     spec = deployment["spec"]
     assert spec["replicas"] == 3
     assert spec["selector"] == {"matchLabels": {ROUTER_LABEL: "chat"}}
@@ -125,7 +127,7 @@ def test_deployment_honours_replicas_and_runs_the_proxy() -> None:
     assert spec["template"]["metadata"]["labels"][ROUTER_LABEL] == "chat"
     assert pod["serviceAccountName"] == "chat-proxy"
     (container,) = pod["containers"]
-    assert container["image"] == DEFAULT_PROXY_IMAGE
+    assert container["image"] == OWN_IMAGE, "no image in the spec: the operator's own"
     assert container["args"] == ["router-proxy", "--router", "chat", "--namespace", "ml"]
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
@@ -144,17 +146,18 @@ def test_deployment_honours_replicas_and_runs_the_proxy() -> None:
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
     assert pod["volumes"][0]["emptyDir"]
-    assert desired_deployment(router())["spec"]["replicas"] == 1
+    assert desired_deployment(router(), OWN_IMAGE)["spec"]["replicas"] == 1
 
 
 def test_deployment_image_and_resources_from_the_spec() -> None:
     deployment = desired_deployment(
-        router(image="example.test/proxy:1", resources={"limits": {"cpu": 1, "memory": "1Gi"}})
+        router(image="example.test/proxy:1", resources={"limits": {"cpu": 1, "memory": "1Gi"}}),
+        OWN_IMAGE,
     )
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "example.test/proxy:1"
     assert container["resources"] == {"limits": {"cpu": "1", "memory": "1Gi"}}
-    (default,) = desired_deployment(router())["spec"]["template"]["spec"]["containers"]
+    (default,) = desired_deployment(router(), OWN_IMAGE)["spec"]["template"]["spec"]["containers"]
     assert default["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
 
 
@@ -169,13 +172,13 @@ def test_service_is_port_80_to_http_and_endpoint_has_no_port() -> None:
 
 
 def test_needs_apply_only_when_something_differs() -> None:
-    wanted = desired_deployment(router(replicas=2))
+    wanted = desired_deployment(router(replicas=2), OWN_IMAGE)
     cached = copy.deepcopy(wanted)
     cached["metadata"]["resourceVersion"] = "7"
     cached["spec"]["strategy"] = {"type": "RollingUpdate"}  # a server default
     cached["status"] = {"replicas": 2}
     assert not needs_apply(cached, wanted)
-    assert needs_apply(cached, desired_deployment(router(replicas=3)))
+    assert needs_apply(cached, desired_deployment(router(replicas=3), OWN_IMAGE))
     assert needs_apply(None, wanted)
     role = desired_role(router())
     assert not needs_apply(copy.deepcopy(role), role)

@@ -42,7 +42,7 @@ def router(replicas: int = 2) -> ModelRouter:
 
 
 def proxy_deployment(replicas: int = 2) -> dict[str, Any]:
-    found = desired_deployment(router(replicas))
+    found = desired_deployment(router(replicas), "modelpool.test/controlplane:dev")
     found["metadata"].update(uid="d-1", generation=3)
     return found
 

@@ -21,7 +21,9 @@ from controlplane.api.v1alpha1.meta import (
     ResourceRequirements,
 )
 
-#: The operator's own image: the proxy is a subcommand of the same console script.
+#: The release image, for a proxy whose router names none when the operator cannot read its own
+#: (outside a Pod): see :mod:`controlplane.operator.proxyimage`. The proxy is a subcommand of the
+#: same console script as the operator.
 DEFAULT_PROXY_IMAGE: Final = "ghcr.io/modelpool/controlplane:0.1.0"
 MIN_PROXY_REPLICAS: Final = 1
 MAX_PROXY_REPLICAS: Final = 10
@@ -82,7 +84,7 @@ class ProxySpec(ApiObject):
         maximum=MAX_PROXY_REPLICAS,
     )
     image: str | None = api_field(
-        "Container image of the proxy.", default=DEFAULT_PROXY_IMAGE, min_length=1
+        "Container image of the proxy; unset runs the operator's own image.", min_length=1
     )
     resources: ResourceRequirements | None = api_field("Compute resources of each replica.")
 

@@ -25,7 +25,6 @@ from typing import Any, Final
 
 from controlplane.api.v1alpha1.meta import API_VERSION
 from controlplane.api.v1alpha1.modelrouter import (
-    DEFAULT_PROXY_IMAGE,
     MIN_PROXY_REPLICAS,
     ModelRouter,
 )
@@ -193,12 +192,11 @@ def _probe(path: str, initial_delay: int, period: int) -> dict[str, Any]:
     }
 
 
-def desired_deployment(router: ModelRouter) -> dict[str, Any]:
-    """The router-proxy Deployment, as a server-side apply body."""
+def desired_deployment(router: ModelRouter, default_image: str) -> dict[str, Any]:
+    """The router-proxy Deployment, as a server-side apply body; its image is the router's
+    ``spec.proxy.image``, else ``default_image`` (the operator's own)."""
     name = router.name or ""
-    image = (router.spec.proxy.image if router.spec.proxy is not None else None) or (
-        DEFAULT_PROXY_IMAGE
-    )
+    image = (router.spec.proxy.image if router.spec.proxy is not None else None) or default_image
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": image,

@@ -19,7 +19,7 @@ reference them (:func:`map_backend`), so ``BackendsReady`` follows them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
@@ -100,8 +100,11 @@ class ModelRouterReconciler:
         role_bindings: Informer,
         inference_services: Informer,
         pools: Informer,
+        proxy_image: Callable[[], Awaitable[str]],
     ) -> None:
         self.client = client
+        #: The image of a proxy whose router names none (the operator's own, resolved once).
+        self.proxy_image = proxy_image
         self.recorder = recorder
         self.routers = routers
         self.deployments = deployments
@@ -211,7 +214,8 @@ class ModelRouterReconciler:
                 raise _RbacRefused(
                     activation_rbac_message(resource.kind, activation_name(name), err)
                 ) from err
-        deployment = await self._apply(DEPLOYMENTS, deployment, desired_deployment(router))
+        wanted = desired_deployment(router, await self.proxy_image())
+        deployment = await self._apply(DEPLOYMENTS, deployment, wanted)
         await self._apply(SERVICES, service, desired_service(router))
         return deployment
 
@@ -240,7 +244,9 @@ def map_backend(routers: Informer, field: str) -> Callable[[Mapping[str, Any]], 
     return mapper
 
 
-def setup_model_router_controller(manager: Manager, identity: str) -> ModelRouterReconciler:
+def setup_model_router_controller(
+    manager: Manager, identity: str, proxy_image: Callable[[], Awaitable[str]]
+) -> ModelRouterReconciler:
     """Wire the controller into ``manager`` (every namespace). Deployments and Services share
     the InferenceService controller's informers (a conflicting object of our name must be seen);
     ServiceAccounts, Roles and RoleBindings are cached only when the operator made them."""
@@ -264,6 +270,7 @@ def setup_model_router_controller(manager: Manager, identity: str) -> ModelRoute
         role_bindings=role_bindings,
         inference_services=inference_services,
         pools=pools,
+        proxy_image=proxy_image,
     )
     (
         manager.new_controller(
