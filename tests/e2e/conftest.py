@@ -35,6 +35,7 @@ from tests.e2e.clusters import (
     start_kind,
     start_local,
 )
+from tests.e2e.incluster import rolled_out_operator
 from tests.e2e.invariants import note_test_outcome
 from tests.e2e.kubectl import install
 from tests.e2e.operator_process import OperatorProcess, start_operator, stopped_at_exit
@@ -196,3 +197,10 @@ async def reduced_operator(admin: KubeClient, namespace: str) -> AsyncIterator[N
     """The operator's account without the ClusterRole's grant-only rules, for one test."""
     async with operator_without_grant_rules(admin, namespace):
         yield
+
+
+@pytest.fixture(scope="module")
+async def operator_pod(cluster: TestCluster) -> str:
+    """kind: the operator Deployment installed with the image built here and rolled out; the
+    name of its running pod."""
+    return await rolled_out_operator(cluster)

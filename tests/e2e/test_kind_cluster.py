@@ -36,8 +36,15 @@ from controlplane.runtime.resources import (
     SECRETS,
 )
 from tests.e2e.clusters import TestCluster
+from tests.e2e.incluster import (
+    OPERATOR_LABEL,
+    ROLLOUT_TIMEOUT,
+    available_proxies,
+    logs,
+    wait_available,
+)
 from tests.e2e.invariants import PoolInvariantMonitor
-from tests.e2e.kubectl import install, kubectl
+from tests.e2e.kubectl import kubectl
 from tests.e2e.operator_rbac import operator_may, without_grant_rules
 from tests.e2e.test_modelrouter import condition, wait_router
 from tests.e2e.waiting import eventually
@@ -46,38 +53,6 @@ pytestmark = pytest.mark.kind
 
 ROUTERS = ModelRouter.resource()
 ISVCS = InferenceService.resource()
-OPERATOR_LABEL = "app.kubernetes.io/name=modelpool-operator"
-#: A pod start in kind (image present, no pull) takes seconds; rollouts get minutes.
-ROLLOUT_TIMEOUT = 180.0
-
-
-@pytest.fixture(scope="module")
-async def operator_pod(cluster: TestCluster) -> str:
-    """The operator Deployment installed with the image built here and rolled out; its pod."""
-    assert cluster.image is not None, "the kind tier loads the project image into the cluster"
-    await install(cluster)
-    await kubectl(
-        cluster,
-        "-n",
-        OPERATOR_NAMESPACE,
-        "rollout",
-        "status",
-        "deployment/modelpool-operator",
-        f"--timeout={int(ROLLOUT_TIMEOUT)}s",
-    )
-    _, name, _ = await kubectl(
-        cluster,
-        "-n",
-        OPERATOR_NAMESPACE,
-        "get",
-        "pods",
-        "-l",
-        OPERATOR_LABEL,
-        "--field-selector=status.phase=Running",
-        "-o",
-        "jsonpath={.items[0].metadata.name}",
-    )
-    return name
 
 
 def router(name: str, image: str | None, replicas: int) -> dict[str, Any]:
@@ -95,28 +70,6 @@ def router(name: str, image: str | None, replicas: int) -> dict[str, Any]:
             "proxy": proxy,
         },
     }
-
-
-async def available_proxies(admin: KubeClient, namespace: str, name: str) -> int:
-    deployment = await admin.get(DEPLOYMENTS, f"{name}-proxy", namespace)
-    return int((deployment.get("status") or {}).get("availableReplicas") or 0)
-
-
-async def wait_available(admin: KubeClient, namespace: str, name: str, replicas: int) -> None:
-    async def up() -> bool:
-        try:
-            return await available_proxies(admin, namespace, name) == replicas
-        except NotFound:
-            return False
-
-    await eventually(up, timeout=ROLLOUT_TIMEOUT, what=f"{replicas} proxies of {name} available")
-
-
-async def logs(cluster: TestCluster, namespace: str, selector: str) -> str:
-    _, out, _ = await kubectl(
-        cluster, "-n", namespace, "logs", "-l", selector, "--all-containers", "--tail=-1"
-    )
-    return out
 
 
 async def refused(client: KubeClient, call: Any) -> bool:

@@ -66,7 +66,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import anyio
 import httpx
@@ -118,7 +118,7 @@ SWAP_BUDGET: Final = "25s"
 SWAP_BUDGET_SECONDS: Final = 25.0
 CLIENTS: Final = 20
 REQUESTS: Final = 320
-#: The proxies refuse bodies over this (``--max-body-bytes``); the oversized ones are 4 times it.
+#: The proxies refuse bodies over this (``--max-body-bytes``); the oversized ones are just over.
 MAX_BODY_BYTES: Final = 64 * 1024
 MAX_OVERSIZED: Final = 6
 FREEZE_SECONDS: Final = 10.0
@@ -130,6 +130,10 @@ STORM_DEADLINE: Final = 150.0
 #: A 502 ``pool_activation_failed`` is expected for a request overlapping an injected failure of
 #: its pool, until this long after the failure ended (a Lease expiry, then a budget).
 FAILURE_AFTERMATH: Final = 3 * LEASE_SECONDS + SWAP_BUDGET_SECONDS
+#: How long after a replica is killed a request sent through a Service may still be routed to
+#: it (the Service drops it once the EndpointSlice update reaches kube-proxy). A replica the
+#: test runs itself takes no request once killed.
+KILL_AFTERMATH: Final = 10.0
 KNOWN_503: Final = frozenset(
     {
         "pool_activation_timeout",
@@ -185,6 +189,10 @@ class Outcome:
     def pool(self) -> str | None:
         return pool_of(self.member) if self.member else None
 
+    def window(self, origin: float) -> str:
+        """When it was sent and ended, in seconds from ``origin`` (the storm's start)."""
+        return f"+{self.started - origin:.1f}..{self.ended - origin:.1f}s"
+
     def reason(self) -> str:
         if self.status is None:
             return f"no answer ({self.error.split(':')[0]})"
@@ -215,6 +223,8 @@ class Storm:
     """Shared state of one run."""
 
     rng_seed: int
+    #: The proxies' ``--max-body-bytes``: oversized requests are just over it.
+    max_body_bytes: int = MAX_BODY_BYTES
     outcomes: list[Outcome] = field(default_factory=list)
     windows: list[Window] = field(default_factory=list)
     kills: list[Kill] = field(default_factory=list)
@@ -391,7 +401,11 @@ async def held_lease(admin: KubeClient, namespace: str, pool: str) -> tuple[str,
 
 async def scrape_swaps(url: str) -> Counter[tuple[str, str, str]]:
     async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
-        text = (await http.get(f"{url}/metrics")).text
+        return swaps_in((await http.get(f"{url}/metrics")).text)
+
+
+def swaps_in(text: str) -> Counter[tuple[str, str, str]]:
+    """``modelpool_swaps_total`` by (pool, from, to) in a replica's ``/metrics`` text."""
     found: Counter[tuple[str, str, str]] = Counter()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -404,7 +418,7 @@ async def scrape_swaps(url: str) -> Counter[tuple[str, str, str]]:
 # -- the clients ---------------------------------------------------------------------------------
 
 
-def body_for(kind: str, member: str) -> Object:
+def body_for(kind: str, member: str, max_body_bytes: int = MAX_BODY_BYTES) -> Object:
     model = model_of(member)
     hello = [{"role": "user", "content": "hello storm"}]
     if kind == "no-messages":
@@ -412,7 +426,7 @@ def body_for(kind: str, member: str) -> Object:
     if kind == "unknown-model":
         return {"model": "model-nowhere", "messages": hello}
     if kind == "oversized":
-        padding = "x " * (2 * MAX_BODY_BYTES)
+        padding = "x " * (max_body_bytes // 2 + 4096)  # just over the proxies' limit
         return {"model": model, "messages": [{"role": "user", "content": padding}]}
     if kind == "stream":
         return {"model": model, "messages": hello, "stream": True, "max_tokens": 12}
@@ -433,16 +447,16 @@ def chunk_models(line: str) -> str | None:
 
 
 async def send(
-    http: httpx.AsyncClient, proxy: RouterProxyProcess, outcome: Outcome, cut_after: float
+    http: httpx.AsyncClient, base: str, outcome: Outcome, cut_after: float, max_body_bytes: int
 ) -> None:
     """Send one request and record what came back; a ``hold-cut`` client gives up waiting for
     the answer after ``cut_after`` seconds (closing the connection while the proxy holds it)."""
-    body = body_for(outcome.kind, outcome.member)
+    body = body_for(outcome.kind, outcome.member, max_body_bytes)
     streamed = outcome.kind in ("stream", "stream-cut")
     timeout = httpx.Timeout(CLIENT_TIMEOUT)
     if outcome.kind == "hold-cut":
         timeout = httpx.Timeout(CLIENT_TIMEOUT, read=cut_after)
-    url = f"{proxy.url}/v1/chat/completions"
+    url = f"{base}/v1/chat/completions"
     try:
         async with http.stream("POST", url, json=body, timeout=timeout) as response:
             outcome.first_byte = time.monotonic()
@@ -474,7 +488,21 @@ async def send(
         outcome.ended = time.monotonic()
 
 
-async def client(index: int, storm: Storm, fleet: Fleet) -> None:
+class Entrance(Protocol):
+    """Where a client sends its next request: a replica (here) or a Service (on kind)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def url(self) -> str: ...
+
+
+class Entrances(Protocol):
+    async def pick(self, rng: random.Random) -> Entrance: ...
+
+
+async def client(index: int, storm: Storm, fleet: Entrances) -> None:
     rng = random.Random(storm.rng_seed * 100 + index)
     members = [m for ms in POOLS.values() for m in ms]
     kinds, weights = zip(*KINDS, strict=True)
@@ -497,7 +525,8 @@ async def client(index: int, storm: Storm, fleet: Fleet) -> None:
             proxy = await fleet.pick(rng)
             outcome = Outcome(index, kind, member, proxy.name, time.monotonic())
             storm.outcomes.append(outcome)
-            await send(http, proxy, outcome, cut_after=rng.uniform(0.3, 2.0))
+            cut_after = rng.uniform(0.3, 2.0)
+            await send(http, proxy.url, outcome, cut_after, storm.max_body_bytes)
             if outcome.status == 503:
                 await anyio.sleep(rng.uniform(0.0, 0.5))  # a client that heeds Retry-After
 
@@ -639,8 +668,14 @@ async def supervise_operator(
 def judge(outcome: Outcome, storm: Storm) -> str | None:
     """What is wrong with this outcome, or None."""
     kind = outcome.kind
-    # The replica it went through was killed while it ran: whatever it got is cut short.
-    killed = any(k.proxy == outcome.proxy and outcome.ended >= k.at - 0.5 for k in storm.kills)
+    # The replica it went through was killed while it ran: whatever it got is cut short. Through
+    # a Service (kind), a request sent within KILL_AFTERMATH may still reach the dying replica.
+    killed = any(
+        k.proxy == outcome.proxy
+        and outcome.ended >= k.at - 0.5
+        and outcome.started <= k.at + KILL_AFTERMATH
+        for k in storm.kills
+    )
     if outcome.status is None:
         if kind == "hold-cut" and "Timeout" in outcome.error:
             return None  # the client gave up on purpose
@@ -733,6 +768,12 @@ def figures(
         f"pool events: {dict(sorted(pool_events.items()))}",
         "outcomes:",
         *(f"  {count:4d}  {reason}" for reason, count in sorted(reasons.items())),
+        "no answer (times from the start):",
+        *(
+            f"  {o.window(storm.started_at)} {o.kind} {o.member}: {o.error[:80]}"
+            for o in storm.outcomes
+            if o.status is None and o.kind != "hold-cut"
+        ),
         "chaos:",
         *(f"  {line}" for line in storm.notes),
     ]
@@ -826,7 +867,7 @@ async def test_swap_storm(
     print(monitor.report())
 
     wrong = [
-        f"{o.kind} {o.member} via {o.proxy}: {problem}"
+        f"{o.window(storm.started_at)} {o.kind} {o.member} via {o.proxy}: {problem}"
         for o in storm.outcomes
         if (problem := judge(o, storm)) is not None
     ]

@@ -1,0 +1,375 @@
+"""The swap storm in a kind cluster: the local storm's load, chaos and judges, on the real thing.
+
+What differs from :mod:`tests.e2e.test_storm` (which runs the same clients against proxies the
+test starts itself) is where everything runs: the operator from the image under its
+ServiceAccount (a Deployment restarts it when it exits); the router's proxy Deployment with
+:data:`REPLICAS` replicas made by the operator, under the ServiceAccount and activation Role it
+wrote, with their default Lease duration; the members as pods of the simulator image behind a
+real kubelet, Services and kube-proxy. The clients send through a NodePort Service the test
+puts in front of the proxy pods (as a user exposes a router), so kube-proxy picks the replica.
+
+The chaos, in order, under load:
+
+* a resident's ``/slots`` answers 500 for a while (the simulator's timed switch, reached through
+  the API server's pod proxy): its drain is deferred, never forced;
+* the proxy pod holding a pool's Lease mid-swap is deleted with ``--grace-period=0 --force``
+  (after its ``/metrics`` is scraped); its Deployment replaces it;
+* kube-apiserver is SIGSTOPped in the node for :data:`FREEZE_SECONDS` mid-swap, then resumed
+  (the operator, whose leader cannot renew, exits and its container is restarted);
+* every pool-y client asks for the slow member until it is resident.
+
+The judges are the local storm's: every 200 from the model asked, every other answer one the
+design allows, a request cut only by its own client or by the deleted replica (within
+:data:`~tests.e2e.test_storm.KILL_AFTERMATH` of its deletion); the invariant monitor reading the
+member pods never saw two members of a pool at once; swaps counted at most once per residency
+change, with only the deleted driver's own swap allowed to go uncounted; at the end the pools
+settle with no Lease held.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Final
+
+import anyio
+import pytest
+
+from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
+from controlplane.api.v1alpha1.activation import pool_lease_name, read_activation
+from controlplane.controllers.inferenceservice import ISVC_LABEL
+from controlplane.controllers.modelrouter import ROUTER_LABEL
+from controlplane.controllers.rbac import OPERATOR_NAMESPACE
+from controlplane.router.app import DEFAULT_MAX_BODY_BYTES
+from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
+from controlplane.runtime.client import KubeClient
+from controlplane.runtime.errors import KubeError, NotFound
+from controlplane.runtime.resources import EVENTS, LEASES, PODS, SERVICES
+from tests.e2e.clusters import TestCluster
+from tests.e2e.incluster import OPERATOR_LABEL, ROLLOUT_TIMEOUT, wait_available
+from tests.e2e.invariants import PoolInvariantMonitor
+from tests.e2e.kubectl import kubectl
+from tests.e2e.test_storm import (
+    CLIENTS,
+    FREEZE_SECONDS,
+    LOAD_SECONDS,
+    POOLS,
+    ROUTER_NAME,
+    SLOTS_FAILURE_SECONDS,
+    SLOW_MEMBER,
+    SLOW_POOL,
+    SWAP_BUDGET,
+    Kill,
+    Storm,
+    Window,
+    client,
+    figures,
+    isvc_body,
+    judge,
+    swap_accounting,
+    swaps_in,
+)
+from tests.e2e.waiting import eventually
+
+pytestmark = pytest.mark.kind
+
+REPLICAS: Final = 3
+#: The simulator's port in a member pod (InferenceService ``spec.port`` default).
+MEMBER_PORT: Final = 8080
+PROXY_PORT: Final = 8000
+ENTRANCE: Final = "storm-entrance"
+
+
+@dataclass(frozen=True)
+class ThroughTheService:
+    """Every client request goes to the NodePort; kube-proxy picks the replica."""
+
+    url: str
+    name: str = field(default="service")
+
+    async def pick(self, rng: random.Random) -> ThroughTheService:
+        return self
+
+
+async def create_pools_and_router(
+    admin: KubeClient, cluster: TestCluster, namespace: str
+) -> ThroughTheService:
+    """The local storm's members on the simulator image, its pools, a router with
+    :data:`REPLICAS` proxies on the operator's own image, and a NodePort Service in front of
+    them; returns it once the pools are warm and every replica is available."""
+    assert cluster.sim_image is not None
+    for members in POOLS.values():
+        for member in members:
+            body = isvc_body(member)
+            body["spec"]["image"] = cluster.sim_image
+            if "--sim-load-seconds" not in body["spec"]["args"]:
+                body["spec"]["args"] += ["--sim-load-seconds", str(LOAD_SECONDS)]
+            await admin.create(InferenceService.resource(), body, namespace)
+    for pool, members in POOLS.items():
+        spec = {
+            "members": [{"inferenceServiceRef": {"name": m}} for m in members],
+            "default": members[0],
+            "swapBudget": SWAP_BUDGET,
+        }
+        body = {"apiVersion": "inference.modelpool.dev/v1alpha1", "kind": "ModelPool",
+                "metadata": {"name": pool}, "spec": spec}  # fmt: skip
+        await admin.create(ModelPool.resource(), body, namespace)
+    router = {
+        "apiVersion": "inference.modelpool.dev/v1alpha1",
+        "kind": "ModelRouter",
+        "metadata": {"name": ROUTER_NAME},
+        "spec": {
+            "backends": [{"name": pool, "poolRef": {"name": pool}} for pool in POOLS],
+            "proxy": {"replicas": REPLICAS},
+        },
+    }
+    await admin.create(ModelRouter.resource(), router, namespace)
+    entrance = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": ENTRANCE},
+        "spec": {
+            "type": "NodePort",
+            "selector": {ROUTER_LABEL: ROUTER_NAME},
+            "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+    created = await admin.create(SERVICES, entrance, namespace)
+    (port,) = [p["nodePort"] for p in created["spec"]["ports"]]
+    for pool, members in POOLS.items():
+
+        async def warm(pool: str = pool, default: str = members[0]) -> bool:
+            status = (await admin.get(ModelPool.resource(), pool, namespace)).get("status") or {}
+            return status.get("residentMember") == default and status.get("phase") == "Ready"
+
+        await eventually(warm, timeout=ROLLOUT_TIMEOUT, what=f"{pool} warm with {members[0]}")
+    await wait_available(admin, namespace, f"{ROUTER_NAME}", REPLICAS)
+    return ThroughTheService(f"http://{await node_address(cluster)}:{port}")
+
+
+async def node_address(cluster: TestCluster) -> str:
+    """The kind node's InternalIP: where a NodePort answers, reachable from this host."""
+    jsonpath = '{.items[0].status.addresses[?(@.type=="InternalIP")].address}'
+    _, address, _ = await kubectl(cluster, "get", "nodes", "-o", f"jsonpath={jsonpath}")
+    return address.strip()
+
+
+async def proxy_pods(admin: KubeClient, namespace: str) -> list[str]:
+    """The running proxy pods not being deleted."""
+    pods = await admin.list(PODS, namespace, label_selector=f"{ROUTER_LABEL}={ROUTER_NAME}")
+    return [
+        p["metadata"]["name"]
+        for p in pods.items
+        if not p["metadata"].get("deletionTimestamp")
+        and (p.get("status") or {}).get("phase") == "Running"
+    ]
+
+
+async def pod_swaps(
+    cluster: TestCluster, namespace: str, pod: str
+) -> Counter[tuple[str, str, str]]:
+    """One proxy pod's ``modelpool_swaps_total``, read through the API server's pod proxy."""
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod}:{PROXY_PORT}/proxy/metrics"
+    _, text, _ = await kubectl(cluster, "get", "--raw", path)
+    return swaps_in(text)
+
+
+async def held_lease(admin: KubeClient, namespace: str, pool: str) -> tuple[str, str] | None:
+    """``(holder, target)`` of the pool's Lease while it has a holder."""
+    try:
+        lease = await admin.get(LEASES, pool_lease_name(pool), namespace)
+    except NotFound:
+        return None
+    activation = read_activation(lease)
+    return (activation.holder, activation.target or "") if activation.holder else None
+
+
+async def mid_swap(admin: KubeClient, namespace: str) -> tuple[str, str, str]:
+    """Wait until some pool's Lease is held by a live proxy pod for a member not yet resident
+    (a proxy's Lease identity is its pod's name)."""
+    with anyio.fail_after(90):
+        while True:
+            with contextlib.suppress(KubeError, OSError):
+                live = set(await proxy_pods(admin, namespace))
+                for pool in POOLS:
+                    held = await held_lease(admin, namespace, pool)
+                    if held is None or held[0] not in live:
+                        continue
+                    status = (await admin.get(ModelPool.resource(), pool, namespace))["status"]
+                    if status.get("residentMember") != held[1]:
+                        return pool, held[0], held[1]
+            await anyio.sleep(0.05)
+
+
+def node_container(cluster: TestCluster) -> str:
+    assert cluster.kind is not None
+    return f"{cluster.kind.name}-control-plane"
+
+
+async def signal_apiserver(cluster: TestCluster, signal: str) -> None:
+    """Send ``signal`` to kube-apiserver inside the kind node (its static pod's process)."""
+    script = (
+        "for p in /proc/[0-9]*; do "
+        '[ "$(cat $p/comm 2>/dev/null)" = kube-apiserver ] && kill -' + signal + " ${p#/proc/}; "
+        "done; true"
+    )
+    await anyio.run_process(["docker", "exec", node_container(cluster), "sh", "-c", script])
+
+
+async def chaos(cluster: TestCluster, admin: KubeClient, namespace: str, storm: Storm) -> None:
+    await anyio.sleep(4)
+
+    # 1. A resident's /slots answers 500 for a while, switched through the pod proxy.
+    async def break_slots() -> tuple[str, str] | None:
+        for pool in POOLS:
+            status = (await admin.get(ModelPool.resource(), pool, namespace)).get("status") or {}
+            resident = str(status.get("residentMember") or "")
+            pods = await admin.list(PODS, namespace, label_selector=f"{ISVC_LABEL}={resident}")
+            for pod in pods.items:
+                if pod["metadata"].get("deletionTimestamp"):
+                    continue
+                path = (
+                    f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}:"
+                    f"{MEMBER_PORT}/proxy/sim/slots-mode"
+                )
+                body = {"mode": "error500", "seconds": SLOTS_FAILURE_SECONDS}
+                try:
+                    await admin.request("POST", path, body=body)
+                except KubeError:
+                    continue  # stopping just then (swapped away): pick again
+                return pool, resident
+        return None
+
+    pool, resident = await eventually(
+        break_slots, timeout=60, interval=0.1, what="a resident that takes the /slots switch"
+    )
+    now = time.monotonic()
+    storm.windows.append(
+        Window(f"/slots 500 on {resident}", pool, now, now + SLOTS_FAILURE_SECONDS)
+    )
+    storm.note(f"/slots of {resident} ({pool}) answers 500 for {SLOTS_FAILURE_SECONDS:.0f} s")
+
+    # 2. The proxy pod holding a pool's Lease mid-swap is deleted at once; its Deployment
+    # replaces it.
+    await anyio.sleep(2)
+    pool, holder, target = await mid_swap(admin, namespace)
+    swaps = await pod_swaps(cluster, namespace, holder)
+    at = time.monotonic()
+    await kubectl(
+        cluster, "-n", namespace, "delete", "pod", holder,
+        "--grace-period=0", "--force", "--wait=false",
+    )  # fmt: skip
+    storm.kills.append(Kill("service", pool, target, at, swaps))
+    for other in POOLS:
+        with contextlib.suppress(KubeError, OSError):
+            held = await held_lease(admin, namespace, other)
+            if other != pool and held is not None and held[0] == holder:
+                storm.kills.append(Kill("service", other, held[1], at, Counter()))
+    storm.windows.append(Window(f"deleted {holder}", pool, at, at + DEFAULT_LEASE_DURATION_SECONDS))
+    storm.note(f"deleted {holder}, holding {pool} for {target}; counted {dict(swaps)}")
+
+    async def replaced() -> bool:
+        live = await proxy_pods(admin, namespace)
+        return holder not in live and len(live) == REPLICAS
+
+    await eventually(replaced, timeout=ROLLOUT_TIMEOUT, what=f"{holder} replaced")
+    await wait_available(admin, namespace, ROUTER_NAME, REPLICAS)
+    storm.note(f"{REPLICAS} replicas available again")
+
+    # 3. Freeze kube-apiserver mid-swap.
+    await anyio.sleep(1)
+    pool, holder, target = await mid_swap(admin, namespace)
+    stopped = time.monotonic()
+    storm.note(f"SIGSTOP kube-apiserver ({holder} holds {pool} for {target})")
+    try:
+        await signal_apiserver(cluster, "STOP")
+        await anyio.sleep(FREEZE_SECONDS)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await signal_apiserver(cluster, "CONT")
+    storm.windows.append(Window("kube-apiserver frozen", None, stopped, time.monotonic()))
+    storm.note("SIGCONT kube-apiserver")
+
+    # 4. Every pool-y client asks for the slow member until it is resident.
+    await anyio.sleep(2)
+    storm.focus[SLOW_POOL] = SLOW_MEMBER
+    storm.note(f"clients of {SLOW_POOL} now ask for {SLOW_MEMBER}")
+
+    async def slow_resident() -> bool:
+        status = (await admin.get(ModelPool.resource(), SLOW_POOL, namespace)).get("status")
+        return (status or {}).get("residentMember") == SLOW_MEMBER
+
+    try:
+        await eventually(slow_resident, timeout=120, interval=0.5, what=f"{SLOW_MEMBER} resident")
+        storm.note(f"{SLOW_MEMBER} is resident")
+    finally:
+        storm.focus.clear()
+
+
+async def operator_restarts(admin: KubeClient) -> int:
+    pods = await admin.list(PODS, OPERATOR_NAMESPACE, label_selector=OPERATOR_LABEL)
+    return sum(
+        int(status.get("restartCount") or 0)
+        for pod in pods.items
+        for status in (pod.get("status") or {}).get("containerStatuses") or ()
+    )
+
+
+async def test_swap_storm_in_the_cluster(
+    admin: KubeClient, cluster: TestCluster, namespace: str, operator_pod: str
+) -> None:
+    seed = int(os.environ.get("STORM_SEED", "0")) or random.randrange(1, 10_000)
+    storm = Storm(seed, max_body_bytes=DEFAULT_MAX_BODY_BYTES)  # the operator sets no limit
+    monitor = PoolInvariantMonitor(cluster.admin_config(), namespace, sample_processes=False)
+    monitor.start()
+    restarts_before = await operator_restarts(admin)
+    try:
+        entrance = await create_pools_and_router(admin, cluster, namespace)
+        storm.started_at = time.monotonic()
+        storm.note(f"{REPLICAS} replicas behind {entrance.url}; {CLIENTS} clients (seed {seed})")
+        async with anyio.create_task_group() as clients:
+            for index in range(CLIENTS):
+                clients.start_soon(client, index, storm, entrance)
+            try:
+                await chaos(cluster, admin, namespace, storm)
+            finally:
+                storm.chaos_over = True
+        storm.note(f"the clients are done ({len(storm.outcomes)} requests)")
+        settle_problems = monitor.settle(timeout=120, leases_released=True)
+    finally:
+        monitor.stop()
+
+    counted: Counter[tuple[str, str, str]] = Counter()
+    for kill in storm.kills:
+        counted += kill.swaps
+    for pod in await proxy_pods(admin, namespace):
+        counted += await pod_swaps(cluster, namespace, pod)
+    changes, accounting = swap_accounting(monitor, counted, storm)
+    storm.operator_restarts = await operator_restarts(admin) - restarts_before
+    events = (await admin.list(EVENTS, namespace)).items
+    pool_events = Counter(
+        str(e.get("reason"))
+        for e in events
+        if (e.get("regarding") or {}).get("kind") == "ModelPool"
+    )
+    print(figures(storm, changes, counted, pool_events))
+    print(monitor.report())
+
+    wrong = [
+        f"{o.window(storm.started_at)} {o.kind} {o.member}: {problem}"
+        for o in storm.outcomes
+        if (problem := judge(o, storm)) is not None
+    ]
+    assert len(storm.outcomes) >= 300, f"only {len(storm.outcomes)} requests were sent"
+    assert not wrong, f"{len(wrong)} wrong answer(s):\n" + "\n".join(wrong[:40])
+    assert not monitor.overlaps, monitor.report()
+    assert not accounting, "swaps not counted exactly once:\n" + "\n".join(accounting)
+    assert not settle_problems, "the pools did not settle:\n" + "\n".join(
+        v.describe() for v in settle_problems
+    )
+    assert sum(changes.values()) >= 4, f"too few swaps to call it a storm: {dict(changes)}"
+    assert any(c.new == SLOW_MEMBER for c in monitor.residency_changes(SLOW_POOL))
