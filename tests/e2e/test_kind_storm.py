@@ -40,15 +40,14 @@ import anyio
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
-from controlplane.api.v1alpha1.activation import pool_lease_name, read_activation
 from controlplane.controllers.inferenceservice import ISVC_LABEL
 from controlplane.controllers.modelrouter import ROUTER_LABEL
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE
 from controlplane.router.app import DEFAULT_MAX_BODY_BYTES
 from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
 from controlplane.runtime.client import KubeClient
-from controlplane.runtime.errors import KubeError, NotFound
-from controlplane.runtime.resources import EVENTS, LEASES, PODS, SERVICES
+from controlplane.runtime.errors import KubeError
+from controlplane.runtime.resources import EVENTS, PODS, SERVICES
 from tests.e2e.clusters import TestCluster
 from tests.e2e.incluster import OPERATOR_LABEL, ROLLOUT_TIMEOUT, wait_available
 from tests.e2e.invariants import PoolInvariantMonitor
@@ -68,6 +67,7 @@ from tests.e2e.test_storm import (
     Window,
     client,
     figures,
+    held_lease,
     isvc_body,
     judge,
     swap_accounting,
@@ -176,16 +176,6 @@ async def pod_swaps(
     path = f"/api/v1/namespaces/{namespace}/pods/{pod}:{PROXY_PORT}/proxy/metrics"
     _, text, _ = await kubectl(cluster, "get", "--raw", path)
     return swaps_in(text)
-
-
-async def held_lease(admin: KubeClient, namespace: str, pool: str) -> tuple[str, str] | None:
-    """``(holder, target)`` of the pool's Lease while it has a holder."""
-    try:
-        lease = await admin.get(LEASES, pool_lease_name(pool), namespace)
-    except NotFound:
-        return None
-    activation = read_activation(lease)
-    return (activation.holder, activation.target or "") if activation.holder else None
 
 
 async def mid_swap(admin: KubeClient, namespace: str) -> tuple[str, str, str]:
