@@ -30,6 +30,7 @@ from controlplane.router.routing import (
     routing_table,
     validate_body,
 )
+from controlplane.router.upstream_httpx import HttpxUpstream
 from controlplane.runtime.metrics import REGISTRY
 from tests.unit.router_fakes import FakeApi, FakeView
 
@@ -200,7 +201,7 @@ def _client(
         max_body_bytes=1024,
         tracing=tracing,
     )
-    app = build_app(context, activator, member or httpx.AsyncHTTPTransport())
+    app = build_app(context, activator, HttpxUpstream(member or httpx.AsyncHTTPTransport()))
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
 
 
@@ -410,7 +411,7 @@ def _pooled_proxy(
     api = FakeApi()
     activator = Activator(view, LeaseCoordinator(api, "ns", "me"), api, "ns")
     context = ProxyContext(lambda: ROUTER, view.pool, view.isvc, lambda: [], tracing=False)
-    app = build_app(context, activator, member)
+    app = build_app(context, activator, HttpxUpstream(member))
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
     return client, activator, view
 
