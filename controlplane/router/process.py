@@ -23,6 +23,7 @@ from controlplane.router.app import ProxyContext, build_app
 from controlplane.router.lease import LeaseCoordinator
 from controlplane.router.settings import UPSTREAM_CLIENTS, RouterProxySettings
 from controlplane.router.upstream import AiohttpUpstream, Upstream
+from controlplane.runtime.coalescing import http_protocol
 from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.endpoints import member_urls
 from controlplane.runtime.httpserver import bind, serve
@@ -149,7 +150,10 @@ class ProxyServer:
             log.info("router-proxy listening on http://%s:%d", host, port)
             # Its own audit line, not uvicorn's access log; and it reads no client address, so
             # uvicorn's X-Forwarded-For rewriting would be per-request work for nothing.
-            await serve(self.app, [self.sock], access_log=False, proxy_headers=False)
+            # Each answer's head and body leave in one write (controlplane.runtime.coalescing).
+            await serve(
+                self.app, [self.sock], access_log=False, proxy_headers=False, http=http_protocol()
+            )
         finally:
             await self.upstream.aclose()
 

@@ -164,7 +164,8 @@ async def test_a_connection_read_to_the_end_is_reused_and_one_the_member_closes_
             await answer.aclose()
         # The first went on the kept-alive connection, which the member then closed: the second
         # needed a new one.
-        assert closing[0] == ports[0] and closing[1] != closing[0], (ports, closing)
+        assert closing[0] == ports[0], (ports, closing)
+        assert closing[1] != closing[0], closing
 
 
 @asynccontextmanager
