@@ -20,7 +20,6 @@ choice without it.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 from collections.abc import Iterable
 from typing import Any
 
@@ -107,9 +106,10 @@ class CoalescingTransport(asyncio.Transport):
 def http_protocol() -> type[asyncio.Protocol] | str:
     """uvicorn's httptools protocol on a :class:`CoalescingTransport`, for ``uvicorn.Config``'s
     ``http``; :data:`UVICORN_AUTO` when httptools is not installed."""
-    if importlib.util.find_spec("httptools") is None:
+    try:  # as uvicorn's own "auto" decides: httptools when it imports
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:
         return UVICORN_AUTO
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         """httptools' protocol whose responses are written through a coalescing transport."""

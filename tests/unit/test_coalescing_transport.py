@@ -9,10 +9,11 @@ the peer has gone.
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import pytest
 
-from controlplane.runtime.coalescing import CoalescingTransport
+from controlplane.runtime.coalescing import UVICORN_AUTO, CoalescingTransport, http_protocol
 
 
 class Recorder(asyncio.Transport):
@@ -88,3 +89,9 @@ async def test_bytes_for_a_peer_that_has_gone_are_dropped_not_raised() -> None:
     assert real.writes == []
     coalescing.write(b"")  # empty writes schedule nothing
     assert coalescing.get_write_buffer_size() == 0
+
+
+def test_without_httptools_uvicorn_picks_its_own_protocol(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not isinstance(http_protocol(), str)
+    monkeypatch.setitem(sys.modules, "uvicorn.protocols.http.httptools_impl", None)  # unimportable
+    assert http_protocol() == UVICORN_AUTO
