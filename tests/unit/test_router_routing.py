@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import gzip
 import re
+import zlib
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -360,6 +363,41 @@ async def test_a_member_s_plain_text_error_becomes_the_message() -> None:
     assert response.status_code == 500
     error = _shape(response)
     assert (error["message"], error["type"]) == ("Internal Server Error", "server_error")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("encoding", "encode"),
+    [
+        ("gzip", gzip.compress),
+        ("deflate", zlib.compress),  # zlib-wrapped, as the coding is defined
+        ("deflate", lambda raw: zlib.compress(raw)[2:-4]),  # raw deflate, as some servers send
+    ],
+)
+async def test_a_member_s_compressed_error_is_decoded_before_it_is_rewritten(
+    encoding: str, encode: Callable[[bytes], bytes]
+) -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        headers = {"content-type": "application/json", "content-encoding": encoding}
+        return httpx.Response(400, stream=_Body(encode(LLAMA_CPP_400)), headers=headers)
+
+    async with _client(member=httpx.MockTransport(answer)) as client:
+        response = await client.post("/v1/chat/completions", json=CHAT)
+    assert response.status_code == 400
+    assert "content-encoding" not in response.headers
+    assert _shape(response)["message"] == "the request exceeds the available context size"
+
+
+@pytest.mark.anyio
+async def test_a_member_s_error_in_an_unknown_coding_is_passed_as_text() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        headers = {"content-type": "text/plain", "content-encoding": "br"}
+        return httpx.Response(502, stream=_Body(b"\x8b\x00not brotli"), headers=headers)
+
+    async with _client(member=httpx.MockTransport(answer)) as client:
+        response = await client.post("/v1/chat/completions", json=CHAT)
+    assert response.status_code == 502
+    assert _shape(response)["type"] == "server_error"
 
 
 @pytest.mark.anyio
