@@ -15,9 +15,10 @@ serve probes and Prometheus.
 
 *Why the proxied paths bypass starlette:* the proxy's requests/s is CPU-bound on one core, and
 starlette's router, request object and per-response task group cost about a third of it
-(bench/README.md, "Data path"). Those paths are one ASGI function that calls the upstream
-transport directly (no client layers: redirects, auth, cookies); starlette keeps the other routes
-and the 404/405 answers. The routing table is rebuilt only when the caches it is read from
+(bench/README.md, "Data path"). Those paths are one ASGI function that hands the method, URL,
+headers and body bytes to the upstream client (:mod:`controlplane.router.upstream`: no client
+layers, no request or response objects of a general HTTP client); starlette keeps the other
+routes and the 404/405 answers. The routing table is rebuilt only when the caches it is read from
 changed (``ProxyContext.generation``).
 
 **Spans** (OpenTelemetry HTTP semantic conventions): each proxied request is a ``request``
@@ -39,11 +40,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import zlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
 from opentelemetry import propagate, trace
 from prometheus_client import make_asgi_app
 from starlette.applications import Starlette
@@ -69,15 +71,13 @@ from controlplane.router.errors import (
 )
 from controlplane.router.routing import Lookup, RoutingTable, routing_table, validate_body
 from controlplane.router.routing import Route as BackendRoute
+from controlplane.router.upstream import Upstream, UpstreamAnswer, UpstreamFailure
 from controlplane.runtime.metrics import REGISTRY, FilteredRegistry
 from controlplane.runtime.objects import ObjectView
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("controlplane.router")
 
-#: Upstream timeouts: a cold member is the activator's business, so connecting is quick, but a
-#: long generation may pause between tokens.
-UPSTREAM_TIMEOUT = httpx.Timeout(connect=5.0, read=600.0, write=60.0, pool=10.0)
 PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 #: Request headers passed upstream (hop-by-hop and length headers are not).
 FORWARDED_REQUEST_HEADERS = ("content-type", "accept", "authorization", "user-agent")
@@ -91,8 +91,6 @@ DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 #: long each retry waits for the caches to change first.
 UNSENT_RETRIES = 2
 UNSENT_RETRY_WAIT_SECONDS = 1.0
-#: Parsed member URLs kept (members come and go: the memo is emptied past this).
-MEMBER_URLS_KEPT = 256
 #: A member's answer of at most this declared length (not an event stream) is read whole and sent
 #: as one response; longer or unsized answers are streamed.
 WHOLE_ANSWER_MAX_BYTES = 1024 * 1024
@@ -191,14 +189,34 @@ def _rewrites_error(status: int, headers: Mapping[str, str]) -> bool:
     return length is None or not length.isdigit() or int(length) <= MEMBER_ERROR_MAX_BYTES
 
 
-async def _read_error_body(upstream: httpx.Response) -> bytes:
+#: zlib's ``wbits`` by content-coding: the codings a member's error body is decoded from (the
+#: rewritten answer carries no ``content-encoding``); any other is read as it came.
+_ZLIB_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": 0}
+
+
+def _decoded(body: bytes, encoding: str) -> bytes:
+    """``body`` decoded from its ``content-encoding``, at most :data:`MEMBER_ERROR_MAX_BYTES`;
+    undecodable or unknown encodings give it back unchanged."""
+    wbits = _ZLIB_WBITS.get(encoding.strip().lower())
+    if wbits is None:
+        return body
+    decoder = zlib.decompressobj(wbits if wbits else zlib.MAX_WBITS)  # deflate: zlib-wrapped
+    try:
+        return decoder.decompress(body, MEMBER_ERROR_MAX_BYTES)
+    except zlib.error:
+        if wbits:
+            return body
+        try:  # "deflate" is sometimes sent raw, without zlib's wrapper
+            return zlib.decompressobj(-zlib.MAX_WBITS).decompress(body, MEMBER_ERROR_MAX_BYTES)
+        except zlib.error:
+            return body
+
+
+async def _read_error_body(upstream: UpstreamAnswer) -> bytes:
     """The (decoded) body of a member's error, at most :data:`MEMBER_ERROR_MAX_BYTES`."""
-    body = bytearray()
-    async for chunk in upstream.aiter_bytes():
-        body += chunk
-        if len(body) >= MEMBER_ERROR_MAX_BYTES:
-            break
-    return bytes(body[:MEMBER_ERROR_MAX_BYTES])
+    raw = await upstream.read(MEMBER_ERROR_MAX_BYTES)
+    encoding = upstream.headers.get("content-encoding")
+    return _decoded(raw, encoding) if encoding else raw
 
 
 class ClientGone(Exception):
@@ -234,16 +252,6 @@ def _whole(headers: Mapping[str, str]) -> bool:
     return not headers.get("content-type", "").startswith("text/event-stream")
 
 
-async def _read_raw(upstream: httpx.Response) -> bytes:
-    return b"".join([chunk async for chunk in upstream.aiter_raw()])
-
-
-def _plain_headers(upstream: httpx.Response) -> dict[str, str]:
-    """The member's answer headers as one dict (lower-case names; the last of a repeated one):
-    httpx's ``Headers`` scans its list on every look-up."""
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in upstream.headers.raw}
-
-
 def _response_headers(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
     return [
         (name.encode(), value.encode("latin-1"))
@@ -263,17 +271,12 @@ async def _send_whole(
 class ProxyApp:
     """The router-proxy's ASGI app: the proxied paths handled here, the rest by starlette."""
 
-    def __init__(
-        self, context: ProxyContext, activator: Activator, transport: httpx.AsyncBaseTransport
-    ) -> None:
+    def __init__(self, context: ProxyContext, activator: Activator, upstream: Upstream) -> None:
         self.context = context
         self.activator = activator
-        self.transport = transport
+        self.upstream = upstream
         self.routing = RoutingTable(context.router, context.pools, context.isvcs)
         self._generation: int | None = None
-        self._timeout = UPSTREAM_TIMEOUT.as_dict()
-        #: Parsed member URLs by text (a handful of members; parsing one costs ~20 µs).
-        self._urls: dict[str, httpx.URL] = {}
         self.others = _starlette_app(context)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -345,17 +348,14 @@ class ProxyApp:
             await upstream.aclose()
             release()
 
-        span.set_attribute("http.response.status_code", upstream.status_code)
+        status, answer_headers = upstream.status, upstream.headers
+        span.set_attribute("http.response.status_code", status)
         span.set_attribute("modelpool.reason", "upstream")
-        answer_headers = _plain_headers(upstream)
-        status, rewrite = (
-            upstream.status_code,
-            _rewrites_error(upstream.status_code, answer_headers),
-        )
+        rewrite = _rewrites_error(status, answer_headers)
         if rewrite or _whole(answer_headers):
             try:
-                answer = await (_read_error_body if rewrite else _read_raw)(upstream)
-            except httpx.HTTPError as err:  # the member failed mid-answer, before we answered
+                answer = await (_read_error_body(upstream) if rewrite else upstream.read())
+            except UpstreamFailure as err:  # the member failed mid-answer, before we answered
                 await _error(UpstreamError(f"{route.member} at {url}: {err}"), model)(
                     scope, receive, send
                 )
@@ -373,7 +373,7 @@ class ProxyApp:
 
         async def passthrough() -> AsyncIterator[bytes]:
             try:
-                async for chunk in upstream.aiter_raw():
+                async for chunk in upstream.chunks():
                     yield chunk
             finally:
                 await close()
@@ -381,7 +381,7 @@ class ProxyApp:
         audit(model, status, "upstream", successes_at_info=context.audit_successes)
         streamed = StreamingResponse(
             passthrough(),
-            status_code=upstream.status_code,
+            status_code=status,
             headers={k: v for k, v in answer_headers.items() if k in FORWARDED_RESPONSE_HEADERS},
             background=BackgroundTask(close),
         )
@@ -389,13 +389,14 @@ class ProxyApp:
 
     async def _dispatch(
         self, path: str, headers: dict[str, str], route: BackendRoute, raw: bytes
-    ) -> tuple[httpx.Response, str, Callable[[], None]]:
+    ) -> tuple[UpstreamAnswer, str, Callable[[], None]]:
         """The member's answer, the URL that gave it, and the in-flight release to call when
         its body is closed.
 
-        A pool member whose connection failed before any answer began, with what the transport
-        calls ``httpx.ConnectError`` (refused; or a kept-alive connection the member had closed
-        as it stopped, found closed when the request was written) is stopping, and its endpoint
+        A pool member whose connection failed before any answer began, with what the upstream
+        client calls :class:`~controlplane.router.upstream.ConnectFailed` (refused; or a
+        kept-alive connection the member had closed as it stopped, found closed when the request
+        was written) is stopping, and its endpoint
         is leaving the caches: the stand-in, like a kubelet, stops the process right after the
         endpoint update, and the proxy's watch may see that update a few ms later. The request
         goes back to the activator (which may hold it for the swap under way), after the caches'
@@ -412,7 +413,8 @@ class ProxyApp:
                 return await self._forward(path, headers, route, url, raw), url, release
             except UpstreamError as err:
                 release()
-                unsent = isinstance(err.__cause__, httpx.ConnectError)
+                cause = err.__cause__
+                unsent = isinstance(cause, UpstreamFailure) and cause.unsent
                 if route.pool is None or not unsent or attempts >= UNSENT_RETRIES:
                     raise
             attempts += 1
@@ -423,22 +425,17 @@ class ProxyApp:
 
     async def _forward(
         self, path: str, headers: dict[str, str], route: BackendRoute, url: str, raw: bytes
-    ) -> httpx.Response:
-        """The member's response (streamed), in a ``forward`` span whose context it carries;
+    ) -> UpstreamAnswer:
+        """The member's answer (its head), in a ``forward`` span whose context it carries;
         without tracing, no span, and the client's own trace context is passed on as it came."""
         full = url + path
-        parsed = self._urls.get(full)
-        if parsed is None:
-            if len(self._urls) > MEMBER_URLS_KEPT:
-                self._urls.clear()
-            parsed = self._urls[full] = httpx.URL(full)
         if not self.context.tracing:
             sent = {k: v for k, v in headers.items() if k in UNTRACED_REQUEST_HEADERS}
-            return await self._send(route, url, parsed, sent, raw)
+            return await self._send(route, url, full, sent, raw)
         attributes = {
             "http.request.method": "POST",
             "url.full": full,
-            "server.address": parsed.host,
+            "server.address": urlsplit(url).hostname or "",
             "modelpool.member": route.member,
             "modelpool.pool": route.pool or "",
         }
@@ -448,24 +445,21 @@ class ProxyApp:
             sent = {k: v for k, v in headers.items() if k in FORWARDED_REQUEST_HEADERS}
             propagate.inject(sent)  # the member's request carries the forward span's context
             try:
-                upstream = await self._send(route, url, parsed, sent, raw)
+                upstream = await self._send(route, url, full, sent, raw)
             except UpstreamError as err:
                 span.set_status(trace.StatusCode.ERROR, type(err.__cause__).__name__)
                 raise
-            span.set_attribute("http.response.status_code", upstream.status_code)
-            if upstream.status_code >= 500:
-                span.set_status(trace.StatusCode.ERROR, str(upstream.status_code))
+            span.set_attribute("http.response.status_code", upstream.status)
+            if upstream.status >= 500:
+                span.set_status(trace.StatusCode.ERROR, str(upstream.status))
             return upstream
 
     async def _send(
-        self, route: BackendRoute, url: str, parsed: httpx.URL, headers: dict[str, str], raw: bytes
-    ) -> httpx.Response:
-        request = httpx.Request(
-            "POST", parsed, content=raw, headers=headers, extensions={"timeout": self._timeout}
-        )
+        self, route: BackendRoute, url: str, full: str, headers: dict[str, str], raw: bytes
+    ) -> UpstreamAnswer:
         try:
-            return await self.transport.handle_async_request(request)
-        except httpx.HTTPError as err:
+            return await self.upstream.request("POST", full, headers, raw)
+        except UpstreamFailure as err:
             raise UpstreamError(f"{route.member} at {url}: {err}") from err
 
 
@@ -476,11 +470,9 @@ def _json(body: Any, headers: Mapping[str, str]) -> tuple[list[tuple[bytes, byte
     return encoded, json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def build_app(
-    context: ProxyContext, activator: Activator, transport: httpx.AsyncBaseTransport
-) -> ProxyApp:
-    """The proxy app; ``transport`` carries requests to members (closed by its owner)."""
-    return ProxyApp(context, activator, transport)
+def build_app(context: ProxyContext, activator: Activator, upstream: Upstream) -> ProxyApp:
+    """The proxy app; ``upstream`` carries requests to members (closed by its owner)."""
+    return ProxyApp(context, activator, upstream)
 
 
 def _starlette_app(context: ProxyContext) -> Starlette:

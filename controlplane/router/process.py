@@ -14,8 +14,6 @@ import logging
 import socket
 from typing import Any
 
-import httpx
-
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.api.v1alpha1.activation import POOL_LABEL
 from controlplane.preflight import Component
@@ -23,8 +21,9 @@ from controlplane.process import default_identity, gate_on_preflight
 from controlplane.router.activator import Activator, Notifier
 from controlplane.router.app import ProxyContext, build_app
 from controlplane.router.lease import LeaseCoordinator
-from controlplane.router.settings import RouterProxySettings
-from controlplane.router.upstream import AiohttpTransport
+from controlplane.router.settings import UPSTREAM_CLIENTS, RouterProxySettings
+from controlplane.router.upstream import AiohttpUpstream, Upstream
+from controlplane.runtime.coalescing import http_protocol
 from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.endpoints import member_urls
 from controlplane.runtime.httpserver import bind, serve
@@ -142,16 +141,36 @@ class ProxyServer:
 
     needs_leader_election = False
 
-    def __init__(self, app: Any, sock: socket.socket, transport: httpx.AsyncBaseTransport) -> None:
-        self.app, self.sock, self.transport = app, sock, transport
+    def __init__(self, app: Any, sock: socket.socket, upstream: Upstream) -> None:
+        self.app, self.sock, self.upstream = app, sock, upstream
 
     async def start(self) -> None:
-        async with self.transport:
+        try:
             host, port = self.sock.getsockname()[:2]
             log.info("router-proxy listening on http://%s:%d", host, port)
             # Its own audit line, not uvicorn's access log; and it reads no client address, so
             # uvicorn's X-Forwarded-For rewriting would be per-request work for nothing.
-            await serve(self.app, [self.sock], access_log=False, proxy_headers=False)
+            # Each answer's head and body leave in one write (controlplane.runtime.coalescing).
+            await serve(
+                self.app, [self.sock], access_log=False, proxy_headers=False, http=http_protocol()
+            )
+        finally:
+            await self.upstream.aclose()
+
+
+def _upstream(client: str) -> Upstream:
+    """aiohttp's pool, or (for comparison) httpx's own transport, imported only then: the proxy's
+    data path does not go through httpx."""
+    if client == "aiohttp":
+        return AiohttpUpstream()
+    if client != "httpx":
+        known = ", ".join(UPSTREAM_CLIENTS)
+        raise ValueError(f"unknown upstream client {client!r}; known: {known}")
+    import httpx
+
+    from controlplane.router.upstream_httpx import HttpxUpstream
+
+    return HttpxUpstream(httpx.AsyncHTTPTransport(trust_env=False))
 
 
 def build_router_proxy(
@@ -198,13 +217,9 @@ def build_router_proxy(
         audit_successes=settings.audit_successes,
         tracing=tracing,
     )
-    transport: httpx.AsyncBaseTransport = (
-        AiohttpTransport()
-        if settings.upstream_client == "aiohttp"
-        else httpx.AsyncHTTPTransport(trust_env=False)
-    )
+    upstream = _upstream(settings.upstream_client)
     sock = bind(*settings.bind_address)
-    manager.add(ProxyServer(build_app(context, activator, transport), sock, transport))
+    manager.add(ProxyServer(build_app(context, activator, upstream), sock, upstream))
     log.info("router-proxy %s for router %s/%s", identity, ns, settings.router)
     return manager, activator
 

@@ -36,7 +36,8 @@ class RouterProxySettings:
     lease_duration_seconds: int = DEFAULT_LEASE_DURATION_SECONDS
     #: Larger request bodies are refused with 413.
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    #: What carries requests to members: aiohttp's pool behind httpx's interface, or httpcore's.
+    #: What carries requests to members: aiohttp's pool (:mod:`controlplane.router.upstream`), or
+    #: httpx's own transport, httpcore's pool (for comparison).
     upstream_client: str = DEFAULT_UPSTREAM_CLIENT
     #: Log every 2xx answer's audit line at INFO (by default at DEBUG; errors are always INFO).
     audit_successes: bool = False

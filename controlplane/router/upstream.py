@@ -1,89 +1,201 @@
-"""The proxy's upstream client: httpx's interface over aiohttp's connection pool.
+"""The proxy's upstream client: one request to a member, its answer read whole or streamed.
 
-The proxy's app speaks httpx (``send(build_request(...), stream=True)``, ``aiter_raw``,
-``aclose``, ``httpx.HTTPError``); this transport carries those requests on an
-``aiohttp.ClientSession`` instead of httpcore. Measured on the proxy's fast path (bench/README.md,
-"Data path"), httpcore's pool cost about 0.7 ms of CPU per request on one connection and 1.5 ms
-with 16 at once (its pool re-scans every connection and request under a lock on each
-request); aiohttp's about 0.1 ms. The app, its streaming and its error handling are unchanged.
+The app needs little of an HTTP client: send a method, a URL, a few headers and the body bytes it
+already holds; read a small sized answer in one go, or hand a streamed one (SSE) on read by read;
+know whether a failure happened before the member could have taken the request. This module
+gives exactly that (:class:`Upstream`, :class:`UpstreamAnswer`) on aiohttp's connection pool
+(:class:`AiohttpUpstream`), without a general client's request and response objects in between:
+on the proxy's fast path those objects (httpx's, when aiohttp sat behind httpx's interface) cost
+about a tenth of a request's CPU (bench/README.md, "Data path"). httpx's own transport remains
+available behind the same interface, for comparison and for tests with ``httpx.MockTransport``
+(:mod:`controlplane.router.upstream_httpx`).
 
-Contract, as httpx's own transport:
+Contract of every implementation:
 
-* the response body is streamed as it arrives (``aiter_raw`` gets each read; nothing buffered), and
-  closing the response returns the connection to the pool (or drops it when unread);
-* httpx's per-request timeouts apply: ``connect`` to the TCP connect, ``read`` to each read;
-  waiting for a free pooled connection is unbounded (``pool``), as a member's own queue is;
-* aiohttp's errors become httpx's (``ConnectError``, ``ConnectTimeout``, ``ReadTimeout``,
-  ``ReadError``, ``RemoteProtocolError``), so ``except httpx.HTTPError`` still catches them;
-* bodies are passed as they are: no decompression (``aiter_raw`` is what a proxy forwards).
+* the answer's body is passed as the member sent it: no decompression, no re-chunking
+  (:meth:`UpstreamAnswer.chunks` yields each read as it comes; nothing is buffered);
+* closing the answer (or reading it to the end) returns the connection to the pool; a
+  connection whose answer was not read to the end is dropped;
+* timeouts (:class:`UpstreamTimeouts`): ``connect`` bounds the TCP connect, ``read`` each read of
+  the answer; waiting for a free pooled connection is unbounded, as a member's own queue is;
+* failures are :class:`UpstreamFailure`, one subclass per kind: :class:`ConnectFailed` (the
+  request was not sent: refused, or a kept-alive connection found closed when written),
+  :class:`ConnectTimedOut`, :class:`ReadTimedOut`, :class:`Disconnected` (the member closed the
+  connection mid-answer or sent a broken one), :class:`ReadFailed` (anything else once sent).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Final
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import ClassVar, Final, Protocol
 
 import aiohttp
-import httpx
+from yarl import URL
 
 #: Connections kept per member: more than a llama.cpp server has slots, so a busy member queues
 #: requests itself (as it does for direct clients) rather than in the proxy.
 CONNECTIONS_PER_HOST: Final = 256
-#: Request headers the transport sets itself.
-_OWN_HEADERS: Final = frozenset({b"host", b"content-length", b"transfer-encoding", b"connection"})
+#: Parsed member URLs kept (members come and go: the memo is emptied past this).
+URLS_KEPT: Final = 256
 
 
-def _timeout(request: httpx.Request) -> aiohttp.ClientTimeout:
-    timeout = request.extensions.get("timeout") or {}
-    return aiohttp.ClientTimeout(
-        total=None,
-        connect=None,  # includes the wait for a pooled connection: left to the member's queue
-        sock_connect=timeout.get("connect"),
-        sock_read=timeout.get("read"),
-    )
+@dataclass(frozen=True)
+class UpstreamTimeouts:
+    """Seconds; ``None`` waits forever."""
+
+    #: The TCP connect to a member (a cold member is the activator's business, so this is quick).
+    connect: float | None = 5.0
+    #: Each read of the answer: a long generation may pause between tokens.
+    read: float | None = 600.0
 
 
-def _translate(err: BaseException, request: httpx.Request, connected: bool) -> httpx.HTTPError:
+class UpstreamFailure(Exception):
+    """A request to a member that failed before its answer was complete."""
+
+    #: Whether the member cannot have taken the request (so sending it again is safe).
+    unsent: ClassVar[bool] = False
+
+
+class ConnectFailed(UpstreamFailure):
+    """No connection, or a pooled one found closed when the request was written."""
+
+    unsent = True
+
+
+class ConnectTimedOut(UpstreamFailure):
+    """The TCP connect took longer than :attr:`UpstreamTimeouts.connect`."""
+
+
+class ReadTimedOut(UpstreamFailure):
+    """A read of the answer took longer than :attr:`UpstreamTimeouts.read`."""
+
+
+class Disconnected(UpstreamFailure):
+    """The member closed the connection mid-answer, or its answer was not valid HTTP."""
+
+
+class ReadFailed(UpstreamFailure):
+    """Any other failure once the request was sent."""
+
+
+class UpstreamAnswer(Protocol):
+    """A member's answer whose head has arrived; the body is read with :meth:`read` or
+    :meth:`chunks`, once, and the answer closed with :meth:`aclose` either way."""
+
+    @property
+    def status(self) -> int:
+        """The HTTP status."""
+        ...
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """The answer's headers, names in lower case (the last of a repeated one)."""
+        ...
+
+    async def read(self, limit: int | None = None) -> bytes:
+        """The body as sent, to its end or to at least ``limit`` bytes (then cut there)."""
+        ...
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """The body as sent, each read as it arrives."""
+        ...
+
+    async def aclose(self) -> None:
+        """Return the connection to the pool (or drop it when the body was not read to the end)."""
+        ...
+
+
+class Upstream(Protocol):
+    """What the proxy's app sends member requests with (owned, and closed, by the process)."""
+
+    async def request(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes
+    ) -> UpstreamAnswer:
+        """Send one request and return once the answer's head has arrived."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close every pooled connection."""
+        ...
+
+
+def _failure(err: BaseException, connected: bool) -> UpstreamFailure:
+    """aiohttp's error (or a timeout) as the kind of failure the app tells apart."""
     message = str(err) or type(err).__name__
     if isinstance(err, aiohttp.ConnectionTimeoutError):
-        return httpx.ConnectTimeout(message, request=request)
+        return ConnectTimedOut(message)
     if isinstance(err, aiohttp.ClientConnectorError):
-        return httpx.ConnectError(message, request=request)
+        return ConnectFailed(message)
     if isinstance(err, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
-        return httpx.ReadTimeout(message, request=request)
+        return ReadTimedOut(message)
     if isinstance(err, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
-        return httpx.RemoteProtocolError(message, request=request)
-    if not connected:
-        return httpx.ConnectError(message, request=request)
-    return httpx.ReadError(message, request=request)
+        return Disconnected(message)
+    if not connected:  # e.g. a kept-alive connection the member had closed, found when written
+        return ConnectFailed(message)
+    return ReadFailed(message)
 
 
-class _Body(httpx.AsyncByteStream):
-    """An aiohttp response body as httpx's stream: each read as it comes."""
+class _AiohttpAnswer:
+    """An :class:`UpstreamAnswer` over ``aiohttp.ClientResponse``."""
 
-    def __init__(self, response: aiohttp.ClientResponse, request: httpx.Request) -> None:
+    __slots__ = ("_response", "headers", "status")
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._response = response
-        self._request = request
+        self.status = response.status
+        self.headers = {
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in response.raw_headers
+        }
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    async def read(self, limit: int | None = None) -> bytes:
+        content = self._response.content
+        try:
+            if limit is None:
+                return await content.read()
+            body = bytearray()
+            while len(body) < limit and (chunk := await content.readany()):
+                body += chunk
+        except (TimeoutError, aiohttp.ClientError) as err:
+            raise _failure(err, connected=True) from err
+        return bytes(body[:limit])
+
+    async def chunks(self) -> AsyncIterator[bytes]:
         try:
             async for chunk in self._response.content.iter_any():
                 yield chunk
         except (TimeoutError, aiohttp.ClientError) as err:
-            raise _translate(err, self._request, connected=True) from err
+            raise _failure(err, connected=True) from err
 
     async def aclose(self) -> None:
         self._response.release()  # back to the pool when read to the end, else dropped
 
 
-class AiohttpTransport(httpx.AsyncBaseTransport):
-    """An httpx transport on one lazily created ``aiohttp.ClientSession`` (created inside the
-    running event loop, closed with the client)."""
+class AiohttpUpstream:
+    """An :class:`Upstream` on one lazily created ``aiohttp.ClientSession`` (created inside the
+    running event loop, closed by :meth:`aclose`).
 
-    def __init__(self, connections_per_host: int = CONNECTIONS_PER_HOST) -> None:
+    The session adds no headers of its own beyond ``Host`` and the body's length, follows no
+    redirect, reads no proxy settings from the environment and decompresses nothing.
+    """
+
+    def __init__(
+        self,
+        timeouts: UpstreamTimeouts | None = None,
+        connections_per_host: int = CONNECTIONS_PER_HOST,
+    ) -> None:
+        timeouts = timeouts or UpstreamTimeouts()
+        self._timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=None,  # includes the wait for a pooled connection: left to the member's queue
+            sock_connect=timeouts.connect,
+            sock_read=timeouts.read,
+        )
         self._connections_per_host = connections_per_host
         self._session: aiohttp.ClientSession | None = None
+        #: Parsed URLs by text (a handful of members; parsing one costs more than the look-up).
+        self._urls: dict[str, URL] = {}
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -91,38 +203,36 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 connector=aiohttp.TCPConnector(
                     limit=0, limit_per_host=self._connections_per_host, ssl=False
                 ),
+                timeout=self._timeout,
                 auto_decompress=False,
                 trust_env=False,
                 skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
             )
         return self._session
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        headers = [
-            (k.decode("latin-1"), v.decode("latin-1"))
-            for k, v in request.headers.raw
-            if k.lower() not in _OWN_HEADERS
-        ]
-        body = await request.aread()
+    def _url(self, text: str) -> URL:
+        url = self._urls.get(text)
+        if url is None:
+            if len(self._urls) >= URLS_KEPT:
+                self._urls.clear()
+            url = self._urls[text] = URL(text)
+        return url
+
+    async def request(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes
+    ) -> UpstreamAnswer:
         try:
             response = await self._client().request(
-                request.method,
-                str(request.url),
+                method,
+                self._url(url),
                 headers=headers,
                 data=body or None,
-                timeout=_timeout(request),
                 allow_redirects=False,
                 compress=None,
             )
         except (TimeoutError, aiohttp.ClientError) as err:
-            raise _translate(err, request, connected=False) from err
-        return httpx.Response(
-            status_code=response.status,
-            headers=response.raw_headers,
-            stream=_Body(response, request),
-            extensions={"http_version": b"HTTP/1.1"},
-            request=request,
-        )
+            raise _failure(err, connected=False) from err
+        return _AiohttpAnswer(response)
 
     async def aclose(self) -> None:
         if self._session is not None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import gzip
 import re
+import zlib
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -30,6 +33,7 @@ from controlplane.router.routing import (
     routing_table,
     validate_body,
 )
+from controlplane.router.upstream_httpx import HttpxUpstream
 from controlplane.runtime.metrics import REGISTRY
 from tests.unit.router_fakes import FakeApi, FakeView
 
@@ -200,7 +204,7 @@ def _client(
         max_body_bytes=1024,
         tracing=tracing,
     )
-    app = build_app(context, activator, member or httpx.AsyncHTTPTransport())
+    app = build_app(context, activator, HttpxUpstream(member or httpx.AsyncHTTPTransport()))
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
 
 
@@ -362,6 +366,41 @@ async def test_a_member_s_plain_text_error_becomes_the_message() -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("encoding", "encode"),
+    [
+        ("gzip", gzip.compress),
+        ("deflate", zlib.compress),  # zlib-wrapped, as the coding is defined
+        ("deflate", lambda raw: zlib.compress(raw)[2:-4]),  # raw deflate, as some servers send
+    ],
+)
+async def test_a_member_s_compressed_error_is_decoded_before_it_is_rewritten(
+    encoding: str, encode: Callable[[bytes], bytes]
+) -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        headers = {"content-type": "application/json", "content-encoding": encoding}
+        return httpx.Response(400, stream=_Body(encode(LLAMA_CPP_400)), headers=headers)
+
+    async with _client(member=httpx.MockTransport(answer)) as client:
+        response = await client.post("/v1/chat/completions", json=CHAT)
+    assert response.status_code == 400
+    assert "content-encoding" not in response.headers
+    assert _shape(response)["message"] == "the request exceeds the available context size"
+
+
+@pytest.mark.anyio
+async def test_a_member_s_error_in_an_unknown_coding_is_passed_as_text() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        headers = {"content-type": "text/plain", "content-encoding": "br"}
+        return httpx.Response(502, stream=_Body(b"\x8b\x00not brotli"), headers=headers)
+
+    async with _client(member=httpx.MockTransport(answer)) as client:
+        response = await client.post("/v1/chat/completions", json=CHAT)
+    assert response.status_code == 502
+    assert _shape(response)["type"] == "server_error"
+
+
+@pytest.mark.anyio
 async def test_success_bodies_and_event_streams_pass_untouched() -> None:
     ok = b'{"choices": [], "code": 7}'
     stream = b'data: {"error": {"code": 500, "message": "x"}}\n\n'
@@ -410,7 +449,7 @@ def _pooled_proxy(
     api = FakeApi()
     activator = Activator(view, LeaseCoordinator(api, "ns", "me"), api, "ns")
     context = ProxyContext(lambda: ROUTER, view.pool, view.isvc, lambda: [], tracing=False)
-    app = build_app(context, activator, member)
+    app = build_app(context, activator, HttpxUpstream(member))
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
     return client, activator, view
 
