@@ -32,7 +32,8 @@ from tests.e2e.kubectl import MANIFESTS
 from tests.e2e.waiting import eventually
 
 OPERATOR = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}"
-BINDING = "modelpool-operator"  # the generated ClusterRoleBinding
+#: The generated ClusterRole and ClusterRoleBinding of the operator share this name.
+OPERATOR_RBAC_NAME = "modelpool-operator"
 TIMEOUT = 30.0
 
 
@@ -70,7 +71,7 @@ def committed(kind: str) -> dict[str, Any]:
     (found,) = [
         document
         for document in load_documents([MANIFESTS / "rbac"])
-        if document["kind"] == kind and document["metadata"]["name"] == BINDING
+        if document["kind"] == kind and document["metadata"]["name"] == OPERATOR_RBAC_NAME
     ]
     return found
 
@@ -80,11 +81,11 @@ async def rebind(admin: KubeClient, role: str) -> None:
     binding = copy.deepcopy(committed("ClusterRoleBinding"))
     binding["roleRef"]["name"] = role
     with contextlib.suppress(NotFound):
-        await admin.delete(CLUSTER_ROLE_BINDINGS, BINDING)
+        await admin.delete(CLUSTER_ROLE_BINDINGS, OPERATOR_RBAC_NAME)
 
     async def gone() -> bool:
         try:
-            await admin.get(CLUSTER_ROLE_BINDINGS, BINDING)
+            await admin.get(CLUSTER_ROLE_BINDINGS, OPERATOR_RBAC_NAME)
         except NotFound:
             return True
         return False
