@@ -23,6 +23,7 @@ from controlplane.controllers.inferenceservice import ISVC_LABEL
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.resources import LEASES, PODS
 from controlplane.standin.process import SimulatorProcess, identity_env, simulator_argv
+from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.invariants import PoolInvariantMonitor, PoolInvariantViolated
 from tests.e2e.kubectl import install
@@ -37,13 +38,7 @@ async def pools(cluster: TestCluster, admin: KubeClient, namespace: str) -> None
     """Pool ``gpu`` (members a, b) and pool ``seq`` (members c, d); no operator acts on them."""
     await install(cluster)
     for name, members in (("gpu", ("a", "b")), ("seq", ("c", "d"))):
-        body = {
-            "apiVersion": "inference.modelpool.dev/v1alpha1",
-            "kind": "ModelPool",
-            "metadata": {"name": name},
-            "spec": {"members": [{"inferenceServiceRef": {"name": m}} for m in members]},
-        }
-        await admin.create(POOL, body, namespace)
+        await admin.create(POOL, pool_body(name, members), namespace)
 
 
 def member_pod(name: str, member: str) -> Object:

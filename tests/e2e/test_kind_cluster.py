@@ -35,6 +35,7 @@ from controlplane.runtime.resources import (
     ROLES,
     SECRETS,
 )
+from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.incluster import (
     OPERATOR_LABEL,
@@ -229,16 +230,7 @@ async def swap_through_the_service(
         for name, seed in (("a", 1), ("b", 2)):
             body = member(name, cluster, member_server, f"/models/tiny-{seed}.gguf")
             await admin.create(ISVCS, body, namespace)
-        pool = {
-            "apiVersion": "inference.modelpool.dev/v1alpha1",
-            "kind": "ModelPool",
-            "metadata": {"name": "gpu"},
-            "spec": {
-                "members": [{"inferenceServiceRef": {"name": n}} for n in ("a", "b")],
-                "default": "a",
-                "swapBudget": "180s",
-            },
-        }
+        pool = pool_body("gpu", ("a", "b"), default="a", swap_budget="180s")
         await admin.create(ModelPool.resource(), pool, namespace)
         body = router("chat", cluster.image, 3)
         body["spec"]["backends"] = [{"name": "gpu", "poolRef": {"name": "gpu"}}]

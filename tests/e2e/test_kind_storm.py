@@ -48,6 +48,7 @@ from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import KubeError
 from controlplane.runtime.resources import EVENTS, PODS, SERVICES
+from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.incluster import OPERATOR_LABEL, ROLLOUT_TIMEOUT, wait_available
 from tests.e2e.invariants import PoolInvariantMonitor
@@ -110,13 +111,7 @@ async def create_pools_and_router(
                 body["spec"]["args"] += ["--sim-load-seconds", str(LOAD_SECONDS)]
             await admin.create(InferenceService.resource(), body, namespace)
     for pool, members in POOLS.items():
-        spec = {
-            "members": [{"inferenceServiceRef": {"name": m}} for m in members],
-            "default": members[0],
-            "swapBudget": SWAP_BUDGET,
-        }
-        body = {"apiVersion": "inference.modelpool.dev/v1alpha1", "kind": "ModelPool",
-                "metadata": {"name": pool}, "spec": spec}  # fmt: skip
+        body = pool_body(pool, members, members[0], SWAP_BUDGET)
         await admin.create(ModelPool.resource(), body, namespace)
     router = {
         "apiVersion": "inference.modelpool.dev/v1alpha1",

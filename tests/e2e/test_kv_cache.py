@@ -22,6 +22,7 @@ import pytest
 from controlplane.controllers.inferenceservice import ISVC_LABEL
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.resources import EVENTS, PODS
+from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.kubectl import kubectl
 from tests.e2e.operator_process import (
@@ -40,7 +41,6 @@ from tests.e2e.test_modelpool import (
     TOKEN_SECONDS,
     isvc_body,
     isvc_phase,
-    pool_body,
     ready_url,
     recorded,
     rv,

@@ -34,6 +34,7 @@ from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import ENDPOINT_SLICES, EVENTS, LEASES, PODS
+from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.operator_process import (
     LocalProcess,
@@ -82,18 +83,6 @@ def isvc_body(name: str, replicas: int | None = 0) -> Object:
     return {
         "apiVersion": "inference.modelpool.dev/v1alpha1",
         "kind": "InferenceService",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-
-
-def pool_body(name: str, members: list[str], default: str | None) -> Object:
-    spec: Object = {"members": [{"inferenceServiceRef": {"name": m}} for m in members]}
-    if default is not None:
-        spec["default"] = default
-    return {
-        "apiVersion": "inference.modelpool.dev/v1alpha1",
-        "kind": "ModelPool",
         "metadata": {"name": name},
         "spec": spec,
     }

@@ -27,6 +27,7 @@ from controlplane.controllers.inferenceservice import ISVC_LABEL
 from controlplane.controllers.modelpool.grant import GRANTED_BY_ANNOTATION
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.resources import DEPLOYMENTS, PODS, Resource
+from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.operator_process import (
     LocalProcess,
@@ -35,7 +36,7 @@ from tests.e2e.operator_process import (
     start_node,
     stopped_at_exit,
 )
-from tests.e2e.test_modelpool import isvc_body, isvc_phase, pool_body, settled, wait_pool
+from tests.e2e.test_modelpool import isvc_body, isvc_phase, settled, wait_pool
 
 ISVC = InferenceService.resource()
 POOL = ModelPool.resource()

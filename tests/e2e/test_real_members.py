@@ -34,6 +34,7 @@ from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.resources import ENDPOINT_SLICES, PODS
 from controlplane.standin.process import MEMBER_ENV
+from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.operator_process import LocalProcess, OperatorProcess, start_node, stopped_at_exit
 from tests.e2e.test_router_proxy import start_proxies
@@ -82,17 +83,7 @@ async def setup_pool(admin: KubeClient, namespace: str, *, kv_cache: tuple[str, 
     for name, replicas in (("a", 1), ("b", 0)):
         body = isvc_body(name, models[name], replicas, kv_cache=name in kv_cache)
         await admin.create(ISVC, body, namespace)
-    pool = {
-        "apiVersion": "inference.modelpool.dev/v1alpha1",
-        "kind": "ModelPool",
-        "metadata": {"name": "gpu-0"},
-        "spec": {
-            "members": [{"inferenceServiceRef": {"name": m}} for m in ("a", "b")],
-            "default": "a",
-            "swapBudget": "90s",
-        },
-    }
-    await admin.create(POOL, pool, namespace)
+    await admin.create(POOL, pool_body("gpu-0", ("a", "b"), "a", "90s"), namespace)
     router = {
         "apiVersion": "inference.modelpool.dev/v1alpha1",
         "kind": "ModelRouter",

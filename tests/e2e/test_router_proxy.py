@@ -26,6 +26,7 @@ from controlplane.local.system import RouterProxyProcess, kubeconfig_for_token
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import LEASES, ROLE_BINDINGS, ROLES, SERVICE_ACCOUNTS
+from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.kubectl import REPO
 from tests.e2e.operator_process import (
@@ -74,17 +75,7 @@ async def setup_pool(
     """Members a (resident) and b, pool ``gpu-0`` and router ``router``, settled."""
     await admin.create(ISVC, isvc_body("a", 1), namespace)
     await admin.create(ISVC, isvc_body("b", 0, b_load_seconds), namespace)
-    pool = {
-        "apiVersion": "inference.modelpool.dev/v1alpha1",
-        "kind": "ModelPool",
-        "metadata": {"name": "gpu-0"},
-        "spec": {
-            "members": [{"inferenceServiceRef": {"name": m}} for m in ("a", "b")],
-            "default": "a",
-            "swapBudget": budget,
-        },
-    }
-    await admin.create(POOL, pool, namespace)
+    await admin.create(POOL, pool_body("gpu-0", ("a", "b"), "a", budget), namespace)
     router = {
         "apiVersion": "inference.modelpool.dev/v1alpha1",
         "kind": "ModelRouter",

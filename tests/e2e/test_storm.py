@@ -82,6 +82,7 @@ from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.errors import KubeError, NotFound
 from controlplane.runtime.resources import ENDPOINT_SLICES, EVENTS, LEASES, ROLE_BINDINGS
+from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.invariants import PoolInvariantMonitor
 from tests.e2e.kubectl import REPO, install
@@ -344,17 +345,7 @@ async def create_pools_and_router(admin: KubeClient, namespace: str) -> None:
         for member in members:
             await admin.create(ISVC, isvc_body(member), namespace)
     for pool, members in POOLS.items():
-        body = {
-            "apiVersion": "inference.modelpool.dev/v1alpha1",
-            "kind": "ModelPool",
-            "metadata": {"name": pool},
-            "spec": {
-                "members": [{"inferenceServiceRef": {"name": m}} for m in members],
-                "default": members[0],
-                "swapBudget": SWAP_BUDGET,
-            },
-        }
-        await admin.create(POOL, body, namespace)
+        await admin.create(POOL, pool_body(pool, members, members[0], SWAP_BUDGET), namespace)
     router = {
         "apiVersion": "inference.modelpool.dev/v1alpha1",
         "kind": "ModelRouter",
