@@ -71,6 +71,9 @@ class Manager:
         self.options = options
         self.client = KubeClient(config)
         self._informers: dict[tuple[Any, ...], Informer] = {}
+        #: Informers not seen synced yet. An informer never unsyncs, so once this is empty
+        #: ``caches_synced`` (read on every proxied request) costs nothing.
+        self._unsynced: list[Informer] = []
         self._runnables: list[Runnable] = []
         self._controllers: list[Controller] = []
         self._readiness: dict[str, ReadinessCheck] = {}
@@ -98,6 +101,7 @@ class Manager:
                 self.client, resource, namespace, label_selector=label_selector, settings=settings
             )
             self._informers[key] = informer
+            self._unsynced.append(informer)
             if self._group is not None:  # added while running: start it now
                 self._group.start_soon(informer.run)
         return self._informers[key]
@@ -132,7 +136,9 @@ class Manager:
 
     @property
     def caches_synced(self) -> bool:
-        return all(informer.has_synced for informer in self._informers.values())
+        if self._unsynced:
+            self._unsynced = [i for i in self._unsynced if not i.has_synced]
+        return not self._unsynced
 
     def not_ready_reasons(self) -> list[str]:
         reasons = [] if self.caches_synced else ["caches not synced"]
