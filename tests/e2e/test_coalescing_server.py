@@ -16,11 +16,12 @@ from contextlib import asynccontextmanager
 import anyio
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from controlplane.runtime.coalescing import http_protocol
 from controlplane.runtime.httpserver import bind, serve
+from tests.e2e.test_upstream_transport import held_second_event
 
 
 @asynccontextmanager
@@ -30,22 +31,13 @@ async def server() -> AsyncIterator[tuple[int, anyio.Event]]:
     async def echo(request: Request) -> Response:
         return Response(await request.body(), media_type="application/json")
 
-    async def stream(_: Request) -> StreamingResponse:
-        async def events() -> AsyncIterator[bytes]:
-            yield b"data: one\n\n"
-            with anyio.fail_after(30):
-                await first_chunk_read.wait()
-            yield b"data: two\n\n"
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
     async def closing(_: Request) -> Response:
         return Response(b"x" * 100_000, headers={"connection": "close"})
 
     app = Starlette(
         routes=[
             Route("/echo", echo, methods=["POST"]),
-            Route("/stream", stream),
+            Route("/stream", held_second_event(first_chunk_read)),
             Route("/closing", closing),
         ]
     )

@@ -47,7 +47,7 @@ from controlplane.router.app import DEFAULT_MAX_BODY_BYTES
 from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import KubeError
-from controlplane.runtime.resources import EVENTS, PODS, SERVICES
+from controlplane.runtime.resources import PODS, SERVICES
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.incluster import OPERATOR_LABEL, ROLLOUT_TIMEOUT, wait_available
@@ -67,11 +67,10 @@ from tests.e2e.test_storm import (
     Storm,
     Window,
     client,
-    figures,
     held_lease,
     isvc_body,
-    judge,
-    swap_accounting,
+    judge_the_storm,
+    mid_swap,
     swaps_in,
 )
 from tests.e2e.waiting import eventually
@@ -173,23 +172,6 @@ async def pod_swaps(
     return swaps_in(text)
 
 
-async def mid_swap(admin: KubeClient, namespace: str) -> tuple[str, str, str]:
-    """Wait until some pool's Lease is held by a live proxy pod for a member not yet resident
-    (a proxy's Lease identity is its pod's name)."""
-    with anyio.fail_after(90):
-        while True:
-            with contextlib.suppress(KubeError, OSError):
-                live = set(await proxy_pods(admin, namespace))
-                for pool in POOLS:
-                    held = await held_lease(admin, namespace, pool)
-                    if held is None or held[0] not in live:
-                        continue
-                    status = (await admin.get(ModelPool.resource(), pool, namespace))["status"]
-                    if status.get("residentMember") != held[1]:
-                        return pool, held[0], held[1]
-            await anyio.sleep(0.05)
-
-
 def node_container(cluster: TestCluster) -> str:
     assert cluster.kind is not None
     return f"{cluster.kind.name}-control-plane"
@@ -241,7 +223,9 @@ async def chaos(cluster: TestCluster, admin: KubeClient, namespace: str, storm: 
     # 2. The proxy pod holding a pool's Lease mid-swap is deleted at once; its Deployment
     # replaces it.
     await anyio.sleep(2)
-    pool, holder, target = await mid_swap(admin, namespace)
+    pool, holder, target = await mid_swap(
+        admin, namespace, live=lambda: proxy_pods(admin, namespace), timeout=90
+    )
     swaps = await pod_swaps(cluster, namespace, holder)
     at = time.monotonic()
     await kubectl(
@@ -267,7 +251,9 @@ async def chaos(cluster: TestCluster, admin: KubeClient, namespace: str, storm: 
 
     # 3. Freeze kube-apiserver mid-swap.
     await anyio.sleep(1)
-    pool, holder, target = await mid_swap(admin, namespace)
+    pool, holder, target = await mid_swap(
+        admin, namespace, live=lambda: proxy_pods(admin, namespace), timeout=90
+    )
     stopped = time.monotonic()
     storm.note(f"SIGSTOP kube-apiserver ({holder} holds {pool} for {target})")
     try:
@@ -328,33 +314,9 @@ async def test_swap_storm_in_the_cluster(
     finally:
         monitor.stop()
 
-    counted: Counter[tuple[str, str, str]] = Counter()
-    for kill in storm.kills:
-        counted += kill.swaps
+    live: Counter[tuple[str, str, str]] = Counter()
     for pod in await proxy_pods(admin, namespace):
-        counted += await pod_swaps(cluster, namespace, pod)
-    changes, accounting = swap_accounting(monitor, counted, storm)
+        live += await pod_swaps(cluster, namespace, pod)
     storm.operator_restarts = await operator_restarts(admin) - restarts_before
-    events = (await admin.list(EVENTS, namespace)).items
-    pool_events = Counter(
-        str(e.get("reason"))
-        for e in events
-        if (e.get("regarding") or {}).get("kind") == "ModelPool"
-    )
-    print(figures(storm, changes, counted, pool_events))
-    print(monitor.report())
-
-    wrong = [
-        f"{o.window(storm.started_at)} {o.kind} {o.member}: {problem}"
-        for o in storm.outcomes
-        if (problem := judge(o, storm)) is not None
-    ]
-    assert len(storm.outcomes) >= 300, f"only {len(storm.outcomes)} requests were sent"
-    assert not wrong, f"{len(wrong)} wrong answer(s):\n" + "\n".join(wrong[:40])
-    assert not monitor.overlaps, monitor.report()
-    assert not accounting, "swaps not counted exactly once:\n" + "\n".join(accounting)
-    assert not settle_problems, "the pools did not settle:\n" + "\n".join(
-        v.describe() for v in settle_problems
-    )
+    changes = await judge_the_storm(admin, namespace, storm, monitor, live, settle_problems)
     assert sum(changes.values()) >= 4, f"too few swaps to call it a storm: {dict(changes)}"
-    assert any(c.new == SLOW_MEMBER for c in monitor.residency_changes(SLOW_POOL))

@@ -63,7 +63,7 @@ import random
 import signal
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -84,7 +84,7 @@ from controlplane.runtime.errors import KubeError, NotFound
 from controlplane.runtime.resources import ENDPOINT_SLICES, EVENTS, LEASES, ROLE_BINDINGS
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
-from tests.e2e.invariants import PoolInvariantMonitor
+from tests.e2e.invariants import PoolInvariantMonitor, Violation
 from tests.e2e.kubectl import REPO, install
 from tests.e2e.operator_process import (
     LocalProcess,
@@ -302,6 +302,9 @@ class Fleet:
             await eventually(ready, timeout=90, interval=0.2, what=f"{proxy.name} ready")
         self.live.append(proxy)
         return proxy
+
+    async def identities(self) -> set[str]:
+        return {p.identity for p in self.live}
 
     def by_identity(self, identity: str) -> RouterProxyProcess | None:
         return next((p for p in self.live if p.identity == identity), None)
@@ -526,15 +529,20 @@ async def client(index: int, storm: Storm, fleet: Entrances) -> None:
 
 
 async def mid_swap(
-    admin: KubeClient, namespace: str, fleet: Fleet, storm: Storm, timeout: float = 60.0
+    admin: KubeClient,
+    namespace: str,
+    live: Callable[[], Awaitable[Collection[str]]],
+    timeout: float = 60.0,
 ) -> tuple[str, str, str]:
-    """Wait until some pool's Lease is held by a live replica for a member not yet resident."""
+    """Wait until some pool's Lease is held by a live replica (an identity ``live`` names) for a
+    member not yet resident; ``(pool, holder, target)``."""
     with anyio.fail_after(timeout):
         while True:
-            for pool in POOLS:
-                with contextlib.suppress(KubeError, OSError):
+            with contextlib.suppress(KubeError, OSError):
+                replicas = await live()
+                for pool in POOLS:
                     held = await held_lease(admin, namespace, pool)
-                    if held is None or fleet.by_identity(held[0]) is None:
+                    if held is None or held[0] not in replicas:
                         continue
                     status = await pool_status(admin, namespace, pool)
                     if status.get("residentMember") != held[1]:
@@ -584,7 +592,7 @@ async def chaos(
 
     # 2. SIGKILL the replica holding a pool's Lease mid-swap; a new replica replaces it.
     await anyio.sleep(2)
-    pool, holder, target = await mid_swap(admin, namespace, fleet, storm)
+    pool, holder, target = await mid_swap(admin, namespace, fleet.identities)
     proxy = fleet.by_identity(holder)
     assert proxy is not None
     swaps = await scrape_swaps(proxy.url)
@@ -604,7 +612,7 @@ async def chaos(
 
     # 3. Freeze kube-apiserver mid-swap.
     await anyio.sleep(1)
-    pool, holder, target = await mid_swap(admin, namespace, fleet, storm)
+    pool, holder, target = await mid_swap(admin, namespace, fleet.identities)
     stopped = time.monotonic()
     storm.note(f"SIGSTOP kube-apiserver ({holder} holds {pool} for {target})")
     try:
@@ -701,6 +709,49 @@ def judge(outcome: Outcome, storm: Storm) -> str | None:
                 return None
         return "502 pool_activation_failed with no failure injected on its pool"
     return f"unexpected {status} {code}"
+
+
+async def judge_the_storm(
+    admin: KubeClient,
+    namespace: str,
+    storm: Storm,
+    monitor: PoolInvariantMonitor,
+    live_swaps: Counter[tuple[str, str, str]],
+    settle_problems: list[Violation],
+) -> Counter[tuple[str, str, str]]:
+    """Print the figures, then assert what every storm must show (here and on kind): each answer
+    one the design allows, no two residents, each swap counted once (``live_swaps``, the replicas
+    alive at the end, plus what the killed ones counted), the pools settled, the slow member
+    resident once. Returns the residency changes by (pool, from, to)."""
+    counted = live_swaps.copy()
+    for kill in storm.kills:
+        counted += kill.swaps
+    changes, accounting = swap_accounting(monitor, counted, storm)
+    events = (await admin.list(EVENTS, namespace)).items
+    pool_events = Counter(
+        str(e.get("reason"))
+        for e in events
+        if (e.get("regarding") or {}).get("kind") == "ModelPool"
+    )
+    print(figures(storm, changes, counted, pool_events))
+    print(monitor.report())
+
+    wrong = [
+        f"{o.window(storm.started_at)} {o.kind} {o.member} via {o.proxy}: {problem}"
+        for o in storm.outcomes
+        if (problem := judge(o, storm)) is not None
+    ]
+    assert len(storm.outcomes) >= 300, f"only {len(storm.outcomes)} requests were sent"
+    assert not wrong, f"{len(wrong)} wrong answer(s):\n" + "\n".join(wrong[:40])
+    assert not monitor.overlaps, monitor.report()
+    assert not accounting, "swaps not counted exactly once:\n" + "\n".join(accounting)
+    assert not settle_problems, "the pools did not settle:\n" + "\n".join(
+        v.describe() for v in settle_problems
+    )
+    assert any(c.new == SLOW_MEMBER for c in monitor.residency_changes(SLOW_POOL)), (
+        f"{SLOW_MEMBER} (a {SLOW_LOAD_SECONDS} s load) was never resident"
+    )
+    return changes
 
 
 def quantile(values: list[float], fraction: float) -> float:
@@ -842,33 +893,7 @@ async def test_swap_storm(
         settle_problems = monitor.settle(timeout=90, leases_released=True)
         storm.done.set()
 
-    counted: Counter[tuple[str, str, str]] = Counter()
-    for kill in storm.kills:
-        counted += kill.swaps
+    live: Counter[tuple[str, str, str]] = Counter()
     for proxy in fleet.live:
-        counted += await scrape_swaps(proxy.url)
-    changes, accounting = swap_accounting(monitor, counted, storm)
-    events = (await admin.list(EVENTS, namespace)).items
-    pool_events = Counter(
-        str(e.get("reason"))
-        for e in events
-        if (e.get("regarding") or {}).get("kind") == "ModelPool"
-    )
-    print(figures(storm, changes, counted, pool_events))
-    print(monitor.report())
-
-    wrong = [
-        f"{o.window(storm.started_at)} {o.kind} {o.member} via {o.proxy}: {problem}"
-        for o in storm.outcomes
-        if (problem := judge(o, storm)) is not None
-    ]
-    assert len(storm.outcomes) >= 300, f"only {len(storm.outcomes)} requests were sent"
-    assert not wrong, f"{len(wrong)} wrong answer(s):\n" + "\n".join(wrong[:40])
-    assert not monitor.overlaps, monitor.report()
-    assert not accounting, "swaps not counted exactly once:\n" + "\n".join(accounting)
-    assert not settle_problems, "the pools did not settle:\n" + "\n".join(
-        v.describe() for v in settle_problems
-    )
-    assert any(c.new == SLOW_MEMBER for c in monitor.residency_changes(SLOW_POOL)), (
-        f"{SLOW_MEMBER} (a {SLOW_LOAD_SECONDS} s load) was never resident"
-    )
+        live += await scrape_swaps(proxy.url)
+    await judge_the_storm(admin, namespace, storm, monitor, live, settle_problems)

@@ -34,6 +34,24 @@ from controlplane.router.upstream import (
 from controlplane.runtime.httpserver import bind, serve
 
 
+def held_second_event(
+    first_chunk_read: anyio.Event,
+) -> Callable[[Request], Awaitable[StreamingResponse]]:
+    """An event-stream endpoint that sends its second event only once the client has set
+    ``first_chunk_read``: a client (or server) that holds a chunk back hangs on it."""
+
+    async def stream(_: Request) -> StreamingResponse:
+        async def events() -> AsyncIterator[bytes]:
+            yield b"data: one\n\n"
+            with anyio.fail_after(30):
+                await first_chunk_read.wait()
+            yield b"data: two\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return stream
+
+
 @asynccontextmanager
 async def server() -> AsyncIterator[tuple[str, anyio.Event]]:
     first_chunk_read = anyio.Event()
@@ -52,15 +70,6 @@ async def server() -> AsyncIterator[tuple[str, anyio.Event]]:
 
     async def compressed(_: Request) -> Response:
         return Response(gzip.compress(b"hello"), headers={"content-encoding": "gzip"})
-
-    async def stream(_: Request) -> StreamingResponse:
-        async def events() -> AsyncIterator[bytes]:
-            yield b"data: one\n\n"
-            with anyio.fail_after(30):
-                await first_chunk_read.wait()
-            yield b"data: two\n\n"
-
-        return StreamingResponse(events(), media_type="text/event-stream")
 
     async def chunked(_: Request) -> StreamingResponse:
         async def parts() -> AsyncIterator[bytes]:
@@ -82,7 +91,7 @@ async def server() -> AsyncIterator[tuple[str, anyio.Event]]:
         routes=[
             Route("/echo", echo, methods=["POST"]),
             Route("/gzip", compressed),
-            Route("/stream", stream, methods=["POST"]),
+            Route("/stream", held_second_event(first_chunk_read), methods=["POST"]),
             Route("/chunked", chunked),
             Route("/closing", closing),
             Route("/hang", hang),

@@ -37,6 +37,18 @@ class Pods:
             raise NotFound(404, "NotFound", f'pods "{name}" not found') from None
 
 
+def in_the_operator_pod(
+    pods: Pods, configured: str = "", pod_name: str = "modelpool-operator-7d9"
+) -> ProxyImage:
+    """The resolver as the operator builds it in its Pod (modelpool-system/``pod_name``)."""
+    return ProxyImage(
+        pods,  # type: ignore[arg-type]
+        configured=configured,
+        pod_namespace="modelpool-system",
+        pod_name=pod_name,
+    )
+
+
 def test_the_operator_container_is_chosen_among_several() -> None:
     found = pod(("sidecar", "example.test/sidecar:1"), ("operator", "kind.local/cp:abc"))
     assert container_image(found) == "kind.local/cp:abc"
@@ -50,23 +62,14 @@ def test_an_unknown_container_layout_is_an_error_naming_the_flag() -> None:
 
 async def test_the_flag_wins_and_nothing_is_read() -> None:
     pods = Pods(pod(("operator", "kind.local/cp:abc")))
-    image = ProxyImage(
-        pods,  # type: ignore[arg-type]
-        configured="example.test/proxy:2",
-        pod_namespace="modelpool-system",
-        pod_name="modelpool-operator-7d9",
-    )
+    image = in_the_operator_pod(pods, configured="example.test/proxy:2")
     assert await image() == "example.test/proxy:2"
     assert pods.gets == 0
 
 
 async def test_in_a_pod_its_own_image_is_read_once() -> None:
     pods = Pods(pod(("operator", "kind.local/cp:abc")))
-    image = ProxyImage(
-        pods,  # type: ignore[arg-type]
-        pod_namespace="modelpool-system",
-        pod_name="modelpool-operator-7d9",
-    )
+    image = in_the_operator_pod(pods)
     assert await image() == "kind.local/cp:abc"
     assert await image() == "kind.local/cp:abc"
     assert pods.gets == 1
@@ -75,5 +78,5 @@ async def test_in_a_pod_its_own_image_is_read_once() -> None:
 @pytest.mark.parametrize("pod_name", ["", "not-a-pod"])
 async def test_outside_a_pod_the_release_image(pod_name: str) -> None:
     pods = Pods(pod(("operator", "kind.local/cp:abc")))
-    image = ProxyImage(pods, pod_namespace="modelpool-system", pod_name=pod_name)  # type: ignore[arg-type]
+    image = in_the_operator_pod(pods, pod_name=pod_name)
     assert await image() == DEFAULT_PROXY_IMAGE
