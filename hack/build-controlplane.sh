@@ -42,6 +42,8 @@ if have_all "$BIN_DIR"; then
   echo "$BIN_DIR"; exit 0
 fi
 
+# Under MODELPOOL_NO_BUILD (the e2e suite's kind tier finds what Make built) nothing is built.
+[ -z "${MODELPOOL_NO_BUILD:-}" ] || { log "error: the control-plane binaries are not built in $BIN_DIR and MODELPOOL_NO_BUILD is set: run 'make controlplane-bins'"; exit 1; }
 command -v go >/dev/null || { log "error: 'go' is not on PATH; it is needed to build the control plane"; exit 1; }
 export CGO_ENABLED=0 GOFLAGS="-mod=mod" GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 mkdir -p "$BIN_DIR" "$SRC_DIR"

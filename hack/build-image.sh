@@ -16,7 +16,10 @@
 # entrypoint (it takes the llama-server arguments the operator gives a member), and prints that.
 # With --llama-server, it builds the member image of the real server instead: llama-server
 # (hack/build-llama-server.sh) as entrypoint and two tiny models in /models (tiny-1.gguf,
-# tiny-2.gguf, from `controlplane tiny-model`), and prints that.
+# tiny-2.gguf, from `controlplane tiny-model`), and prints that. With --all, it builds all three
+# and prints the project, simulator and llama-server references on its last three lines.
+# Under MODELPOOL_NO_BUILD (the e2e suite's kind tier, which finds what `make kind-prereqs`
+# built) an image that is missing is an error naming it, never a build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,12 +39,16 @@ UID_GID=65532
 
 log() { echo "[image] $*" >&2; }
 die() { log "error: $*"; exit 1; }
+refuse_build() {
+  [ -z "${MODELPOOL_NO_BUILD:-}" ] || die "$1 is not built and MODELPOOL_NO_BUILD is set: run 'make kind-prereqs'"
+}
 
 [ "$(id -u)" = 0 ] || die "building a root filesystem needs root (debootstrap, chroot)"
 hack/docker-engine.sh >/dev/null
 start=$(date +%s)
 
 if [ ! -x "$BASE_ROOT/usr/bin/python3" ]; then
+  refuse_build "the Debian root $BASE_ROOT"
   command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null \
     || die "apt-get install debootstrap failed"
   log "making a Debian $SUITE root with python3 (debootstrap, a few minutes, cached)"
@@ -74,6 +81,7 @@ llama_server_image() {
   binary=$(hack/build-llama-server.sh | tail -n 1)
   ref="$LLAMA_REPOSITORY:dev-$tag-$("$binary" --version 2>&1 | sed -n 's/.*commit \([0-9a-f]*\).*/\1/p' | head -n 1)"
   if ! docker image inspect "$ref" >/dev/null 2>&1; then
+    refuse_build "$ref"
     context=$(mktemp -d)
     cp "$binary" "$context/llama-server"
     mkdir "$context/models"
@@ -91,21 +99,25 @@ llama_server_image() {
   echo "$ref"
 }
 
-finish() {
-  if [ "${1:-}" = "--llama-server" ]; then
-    llama_server_image
-  elif [ "${1:-}" = "--sim" ]; then
-    local sim="$SIM_REPOSITORY:dev-$tag"
-    if ! docker image inspect "$sim" >/dev/null 2>&1; then
-      printf 'FROM %s\nENTRYPOINT ["controlplane", "llama-sim"]\nCMD []\n' "$image" \
-        | docker build -q -t "$sim" - >/dev/null
-      drop_superseded "$SIM_REPOSITORY" "$sim"
-      log "built $sim"
-    fi
-    echo "$sim"
-  else
-    echo "$image"
+sim_image() {
+  local sim="$SIM_REPOSITORY:dev-$tag"
+  if ! docker image inspect "$sim" >/dev/null 2>&1; then
+    refuse_build "$sim"
+    printf 'FROM %s\nENTRYPOINT ["controlplane", "llama-sim"]\nCMD []\n' "$image" \
+      | docker build -q -t "$sim" - >/dev/null
+    drop_superseded "$SIM_REPOSITORY" "$sim"
+    log "built $sim"
   fi
+  echo "$sim"
+}
+
+finish() {
+  case "${1:-}" in
+    --llama-server) llama_server_image ;;
+    --sim) sim_image ;;
+    --all) echo "$image"; sim_image; llama_server_image ;;
+    *) echo "$image" ;;
+  esac
   exit 0
 }
 if docker image inspect "$image" >/dev/null 2>&1; then
@@ -113,6 +125,7 @@ if docker image inspect "$image" >/dev/null 2>&1; then
   finish "$@"
 fi
 
+refuse_build "$image"
 root="$work/root"
 cp -a "$BASE_ROOT" "$root"
 cp -r "$work/wheels" "$root/tmp/wheels"

@@ -16,7 +16,9 @@
 # still insists on finding their images, so it is given placeholder images under their names,
 # which no cluster made from this image ever runs.
 #
-# Prints the node image's reference on its last line of stdout.
+# Prints the node image's reference on its last line of stdout. With --roots, it only makes the two
+# Debian roots (network-bound debootstraps, which `make kind-prereqs` runs while Go compiles).
+# Under MODELPOOL_NO_BUILD a missing node image is an error, never a build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,8 +49,8 @@ if docker image inspect "$NODE_IMAGE" >/dev/null 2>&1; then
   log "node image present: $NODE_IMAGE (nothing to build)"
   echo "$NODE_IMAGE"; exit 0
 fi
+[ -z "${MODELPOOL_NO_BUILD:-}" ] || die "node image $NODE_IMAGE is not built and MODELPOOL_NO_BUILD is set: run 'make kind-prereqs'"
 start=$(date +%s)
-tools=$(hack/build-kind-tools.sh | tail -n 1)
 command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null \
   || die "apt-get install debootstrap failed"
 
@@ -75,8 +77,7 @@ import_dir() {
 # -- the base image ------------------------------------------------------------------------------
 build_base() {
   docker image inspect "$BASE_IMAGE" >/dev/null 2>&1 && return
-  make_root "$BASE_ROOT.debian" "kind base" \
-    systemd,systemd-sysv,dbus,containerd,runc,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,bash,ca-certificates,curl,jq,procps,e2fsprogs
+  make_root "$BASE_ROOT.debian" "kind base" "$BASE_PACKAGES"
   local kind_dir root
   kind_dir=$(cd "$CACHE_ROOT" && GOFLAGS= go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')
   [ -d "$kind_dir/images/base/files" ] || die "no images/base/files in the kind module ($kind_dir)"
@@ -165,7 +166,7 @@ build_release() {
   static_image "$k8s/coredns/coredns:$COREDNS_TAG" "$tools/coredns" /coredns
   static_image "$k8s/pause:$PAUSE_TAG" "$tools/pause" /pause
   # kube-proxy programs nftables through the `nft` command: a small Debian root with it.
-  make_root "$PROXY_ROOT" "kube-proxy" nftables,iptables,conntrack
+  make_root "$PROXY_ROOT" "kube-proxy" "$PROXY_PACKAGES"
   local proxy
   proxy=$(mktemp -d)
   cp -a "$PROXY_ROOT/." "$proxy/"
@@ -182,6 +183,15 @@ build_release() {
   save_archive "$images/kube-proxy.tar" "$k8s/kube-proxy:$KUBE_VERSION" "${PLACEHOLDERS[@]}"
 }
 
+BASE_PACKAGES=systemd,systemd-sysv,dbus,containerd,runc,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,bash,ca-certificates,curl,jq,procps,e2fsprogs
+PROXY_PACKAGES=nftables,iptables,conntrack
+if [ "${1:-}" = "--roots" ]; then
+  make_root "$BASE_ROOT.debian" "kind base" "$BASE_PACKAGES"
+  make_root "$PROXY_ROOT" "kube-proxy" "$PROXY_PACKAGES"
+  log "roots ready in $(( $(date +%s) - start )) s"
+  exit 0
+fi
+tools=$(hack/build-kind-tools.sh | tail -n 1)
 build_base
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -33,6 +33,8 @@ if [ -x "$BINARY" ] && [ -d "$BIN_DIR/src" ]; then
   echo "$BINARY"; exit 0
 fi
 
+# Under MODELPOOL_NO_BUILD (the e2e suite's kind tier finds what Make built) nothing is built.
+[ -z "${MODELPOOL_NO_BUILD:-}" ] || { log "error: llama-server is not built at $BINARY and MODELPOOL_NO_BUILD is set: run 'make llama-server'"; exit 1; }
 for tool in cmake ninja g++; do
   command -v "$tool" >/dev/null || {
     log "error: '$tool' is not on PATH; it is needed to build llama-server (apt-get install -y cmake ninja-build g++)"

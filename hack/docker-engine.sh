@@ -11,6 +11,8 @@
 # missing from dockerd's bounding set, hack/runc-without-sys-resource is installed as dockerd's
 # default runtime (in /etc/docker/daemon.json, reloaded with SIGHUP).
 #
+# With --with-debootstrap it also installs Debian's debootstrap (the image builds make their roots
+# with it), so that the builds `make -j` runs at once never call apt-get at the same time.
 # Idempotent; prints "docker engine ready" on its last line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -70,6 +72,13 @@ PY
     docker info --format '{{.DefaultRuntime}}' | grep -qx "$RUNTIME_NAME" \
       || die "dockerd did not take the $RUNTIME_NAME runtime from /etc/docker/daemon.json"
   fi
+fi
+if [ "${1:-}" = "--with-debootstrap" ] && ! command -v debootstrap >/dev/null; then
+  [ "$(id -u)" = 0 ] || die "no debootstrap on PATH and installing it needs root (apt-get install debootstrap)"
+  log "installing Debian's debootstrap"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null 2>&1 \
+    || { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; } \
+    || die "apt-get install debootstrap failed"
 fi
 log "server $(docker version --format '{{.Server.Version}}'), default runtime $(docker info --format '{{.DefaultRuntime}}')"
 echo "docker engine ready"

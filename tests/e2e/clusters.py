@@ -4,6 +4,11 @@ Every mode yields a :class:`TestCluster`; tests use only what it offers, so the 
 unchanged on all three. The kind cluster is made from the node image ``hack/`` builds (no
 registry), through pytest-kind's :class:`~pytest_kind.KindCluster`, with the configuration
 ``hack/kind-up.sh --print-config`` gives, and the project image is loaded into it.
+
+Nothing is built here: ``make test-kind`` builds kind's programs and every image as Make
+prerequisites (``make kind-prereqs``) before pytest starts, and the suite runs the same scripts
+with ``MODELPOOL_NO_BUILD`` set, so they only find what was built (a build inside a session
+fixture would run under the per-test timeout) and name what is missing.
 """
 
 from __future__ import annotations
@@ -95,8 +100,18 @@ class ClusterStartError(Exception):
     """A step of bringing the kind tier up failed; the message names it and its output."""
 
 
+#: The scripts only find what ``make kind-prereqs`` built; a missing part is an error naming it.
+FIND_ONLY = {"MODELPOOL_NO_BUILD": "1"}
+
+
 def hack(script: str, *args: str, env: dict[str, str] | None = None) -> str:
     """Run ``hack/SCRIPT`` and return the last line of its output (what each script prints)."""
+    lines = hack_lines(script, *args, env=env)
+    return lines[-1] if lines else ""
+
+
+def hack_lines(script: str, *args: str, env: dict[str, str] | None = None) -> list[str]:
+    """Run ``hack/SCRIPT`` and return the lines of its standard output."""
     done = subprocess.run(
         [str(REPO / "hack" / script), *args],
         capture_output=True,
@@ -107,27 +122,17 @@ def hack(script: str, *args: str, env: dict[str, str] | None = None) -> str:
     )
     if done.returncode != 0:
         raise ClusterStartError(f"hack/{script} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    return done.stdout.strip().splitlines()
 
 
 def start_kind(name: str, workdir: Path) -> TestCluster:
     """A kind cluster from the node image built here, with the project image loaded in it."""
     hack("docker-engine.sh")
-    tools = Path(hack("build-kind-tools.sh"))
-    image = hack("build-image.sh")
-    sim_image = hack("build-image.sh", "--sim")
-    llama_image = hack("build-image.sh", "--llama-server")
+    tools = Path(hack("build-kind-tools.sh", env=FIND_ONLY))
+    image, sim_image, llama_image = hack_lines("build-image.sh", "--all", env=FIND_ONLY)[-3:]
     config = workdir / "kind-config.yaml"
-    config.write_text(
-        subprocess.run(
-            [str(REPO / "hack" / "kind-up.sh"), "--print-config"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=REPO,
-        ).stdout
-    )
-    kubectl = Path(hack("build-controlplane.sh")) / "kubectl"
+    config.write_text("\n".join(hack_lines("kind-up.sh", "--print-config", env=FIND_ONLY)) + "\n")
+    kubectl = Path(hack("build-controlplane.sh", env=FIND_ONLY)) / "kubectl"
     cluster = KindCluster(name, kind_path=tools / "kind", kubectl_path=kubectl)
     # A cluster of that name left by an earlier run (or stopped with its Docker engine) is
     # deleted, not reused: nothing from another run leaks into this one; a new one takes ~15 s.
