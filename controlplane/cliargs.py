@@ -45,6 +45,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    """A number of seconds above zero."""
+    try:
+        value = float(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from err
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
+    return value
+
+
 def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
     """The first leaf of a (possibly nested) exception group: the error worth printing."""
     error: BaseException = group

@@ -8,11 +8,14 @@ docs/router.md ("The activator"). A request for a pool member that is not
 ready is *held* (never refused with 429) for at most the pool's ``swapBudget``. Every held request
 for the same target joins one :class:`Swap` on this replica, and its driver task
 
+* waits for **the pool's turn**, decided by the scheduler (:mod:`controlplane.scheduling.policy`)
+  on the demand of every replica (:mod:`controlplane.router.demand`: ours, and every live report
+  of the others) and on how long the resident has held the slot (observed on our clock): the
+  target claims only when the policy gives it the turn (``pool_busy`` if the budget runs out
+  waiting for it);
 * waits for **the pool's turn on this replica**: one swap driver per pool, here as across
   replicas. A swap for another target waits behind the running one exactly as it would behind
   another replica's claim, instead of retargeting the Lease under it;
-* waits while the incumbent has in-flight requests *on this replica* (``pool_busy`` if the budget
-  runs out that way; the pool controller's ``/slots`` gate protects across replicas);
 * claims the pool's Lease for the target (:class:`~controlplane.router.lease.LeaseCoordinator`);
   when another replica holds it, waits for the member that holder brings up, or for the Lease to
   be released or to expire, then claims;
@@ -42,6 +45,12 @@ starts a swap is the parent of its ``swap`` span (the driver), under which the `
 ``swap`` span instead (its own trace stays its own). The claim writes the ``swap`` span's
 ``traceparent`` onto the Lease, so the pool controller's reconciles for it are its children.
 
+**Admission to the resident closes pool-wide** once the turn has passed: while a live intent on
+the pool's Lease names another member, no replica forwards a new request to the resident (the
+fast path included); those requests are held as demand for its next turn, the ones in flight
+finish (the pool controller's ``/slots`` gate drains only then), and the swap runs. Nothing in
+flight is ever aborted.
+
 Only the replica that held the Lease while the target became ready counts the swap in metrics.
 Nothing is dispatched on belief alone: readiness is read from the informer caches at the moment
 a request is dispatched (:meth:`Activator.ready_url`).
@@ -62,6 +71,7 @@ from controlplane.api.v1alpha1.inferenceservice import PHASE_FAILED, PHASE_READY
 from controlplane.api.v1alpha1.modelpool import DEFAULT_SWAP_BUDGET
 from controlplane.clock import TimeSource
 from controlplane.router import metrics
+from controlplane.router.demand import DEFAULT_ACTIVITY_WINDOW_SECONDS, LocalDemand, PoolLeases
 from controlplane.router.errors import (
     ActivationFailed,
     ActivationTimeout,
@@ -75,6 +85,7 @@ from controlplane.router.inflight import InFlightRequests
 from controlplane.router.lease import LeaseCoordinator, ObjectApi, ReleaseFailed, Renewal
 from controlplane.router.retryafter import LINGER_GRACE_SECONDS, SwapHistory
 from controlplane.router.routing import Route, parse_duration
+from controlplane.router.schedule import PoolSchedule
 from controlplane.runtime.errors import Conflict, KubeError, NotFound
 from controlplane.runtime.objects import ObjectView
 from controlplane.runtime.tracing import traceparent_of
@@ -105,6 +116,10 @@ class ClusterView(Protocol):
     def isvc(self, name: str) -> ObjectView | None: ...
 
     def member_urls(self, member: str) -> list[str]: ...
+
+    def pool_leases(self, pool: str) -> list[ObjectView]:
+        """The Leases labelled with ``pool``: its intent and every replica's demand report."""
+        ...
 
 
 class MemberWriteConflict(Exception):
@@ -144,7 +159,7 @@ class Swap:
     member: str
     started_at: float
     waiters: int = 0
-    busy: bool = False  # the incumbent has in-flight requests here: not claimed yet
+    busy: bool = False  # the scheduler gives the turn to another member: not claimed yet
     holding: bool = False  # we hold the pool's Lease for this target
     maybe_held: bool = False  # a claim failed after it may have been written
     lease_error: LeaseUnavailable | None = None  # the last claim failed this way
@@ -177,6 +192,9 @@ class Activator:
         notifier: Notifier | None = None,
         history: SwapHistory | None = None,
         linger_grace: float = LINGER_GRACE_SECONDS,
+        local: LocalDemand | None = None,
+        leases: PoolLeases | None = None,
+        activity_window: float = DEFAULT_ACTIVITY_WINDOW_SECONDS,
         clock: TimeSource = time.monotonic,
     ) -> None:
         self.view = view
@@ -184,7 +202,17 @@ class Activator:
         self.client = client
         self.namespace = namespace
         self.notifier = notifier or Notifier()
-        self.inflight = inflight or InFlightRequests(self.notifier.notify)
+        self.inflight = inflight or InFlightRequests(self.notifier.notify, clock)
+        self.local = local or LocalDemand(clock)
+        #: The scheduler's inputs (pooled demand, residency, settings) and its verdict.
+        self.schedule = PoolSchedule(
+            view,
+            leases or PoolLeases(coordinator.identity, clock),
+            self.local,
+            self.inflight,
+            activity_window=activity_window,
+            clock=clock,
+        )
         self.history = history or SwapHistory()
         self.linger_grace = linger_grace
         self.clock = clock
@@ -206,9 +234,13 @@ class Activator:
     async def _backstop(self) -> None:
         """Wake every waiter at least every :data:`POLL_SECONDS` (progress is driven by cache
         events; this is the backstop). One timer for all held requests, not one each: a held
-        request then costs one cancel scope, its budget (bench/README.md, "Held requests")."""
+        request then costs one cancel scope, its budget (bench/README.md, "Held requests").
+        Each tick also notes the resident of every pool we route to, so a residency's start is
+        seen within a tick even when no request reads it."""
         while True:
             await anyio.sleep(POLL_SECONDS)
+            for pool in self.local.pools():
+                self.schedule.residency(pool)
             self.notifier.notify()
 
     def _stop(self) -> None:
@@ -220,9 +252,13 @@ class Activator:
     # -- reading the caches ----------------------------------------------------------------------
 
     def ready_url(self, pool_name: str, member: str) -> str | None:
-        """The member's URL if it is the pool's Ready resident with a ready endpoint, else None."""
+        """The member's URL if it is the pool's Ready resident with a ready endpoint and admission
+        to it is open (no live intent names another member), else None."""
         pool = self.view.pool(pool_name)
         if pool is None or (pool.get("status") or {}).get("residentMember") != member:
+            return None
+        self.schedule.residency(pool_name)
+        if self.schedule.admission_closed(pool_name, member):
             return None
         isvc = self.view.isvc(member)
         if isvc is None or (isvc.get("status") or {}).get("phase") != PHASE_READY:
@@ -253,6 +289,7 @@ class Activator:
             if not urls:
                 raise BackendUnavailable(f"{route.member} has no ready endpoint")
             return urls[0]
+        self.local.routed(route.pool, route.member)
         url = self.ready_url(route.pool, route.member)
         if url is not None:
             return url  # fast path
@@ -283,6 +320,7 @@ class Activator:
         started = self.clock()
         gauge = metrics.HELD_REQUESTS.labels(pool)
         gauge.inc()
+        answered = self.local.hold(pool, member)
         try:
             with anyio.move_on_after(budget):
                 while True:
@@ -304,6 +342,7 @@ class Activator:
                     await event.wait()  # the next change, or the backstop's tick
             raise self._budget_elapsed(swap, budget)
         finally:
+            answered()
             swap.waiters -= 1
             gauge.dec()
             metrics.HOLD_DURATION.labels(pool).observe(self.clock() - started)
@@ -316,8 +355,8 @@ class Activator:
         pool, member = swap.pool, swap.member
         if swap.busy:
             return PoolBusy(
-                f"pool {pool}: the resident member is busy; {member} was not activated "
-                f"within the swap budget ({budget:g} s)",
+                f"pool {pool}: the slot's turn did not pass to {member} within the swap budget "
+                f"({budget:g} s): other members had it (spec.scheduling)",
                 retry_after=retry,
             )
         if swap.lease_error is not None:
@@ -390,16 +429,19 @@ class Activator:
                     if not await self._keep(swap):
                         continue  # lost: judged again at once, claim again or wait for the holder
                     wait = self._holder_sleep(swap)
-                elif self.turns.setdefault(swap.pool, swap) is swap:
-                    resident = self.resident(swap.pool)
-                    swap.busy = bool(
-                        resident and resident != swap.member and self.inflight.count(resident)
-                    )
-                    if not swap.busy and self.clock() >= next_claim:
-                        await self._claim(swap, resident)
-                        next_claim = self.clock() + CLAIM_RETRY_SECONDS
-                    if not swap.holding and not swap.busy:
-                        wait = max(0.0, next_claim - self.clock())
+                else:
+                    turn = self.schedule.turn(swap.pool)
+                    swap.busy = turn.member != swap.member
+                    if swap.busy:
+                        self._give_up_turn(swap)
+                        if turn.recheck_at is not None:
+                            wait = min(wait, max(0.0, turn.recheck_at - self.clock()))
+                    elif self.turns.setdefault(swap.pool, swap) is swap:
+                        if self.clock() >= next_claim:
+                            await self._claim(swap, self.resident(swap.pool))
+                            next_claim = self.clock() + CLAIM_RETRY_SECONDS
+                        if not swap.holding:
+                            wait = max(0.0, next_claim - self.clock())
                 await Notifier.wait(event, wait)
             swap.outcome = outcome
         except anyio.get_cancelled_exc_class():
@@ -413,6 +455,12 @@ class Activator:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._finish(swap)
+
+    def _give_up_turn(self, swap: Swap) -> None:
+        """A swap the scheduler passed over leaves this replica's turn to the one it picks,
+        unless a claim of its own may still stand (then it stays until that is settled)."""
+        if self.turns.get(swap.pool) is swap and not swap.maybe_held:
+            del self.turns[swap.pool]
 
     def _holder_sleep(self, swap: Swap) -> float:
         """How long a holder may sleep without missing its next renewal or its linger's end."""

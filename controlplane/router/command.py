@@ -13,9 +13,14 @@ from pathlib import Path
 
 import anyio
 
-from controlplane.cliargs import first_error, host_port, positive_int
+from controlplane.cliargs import first_error, host_port, positive_float, positive_int
 from controlplane.preflight import EXIT_DENIED, PreflightDenied
 from controlplane.router.app import DEFAULT_MAX_BODY_BYTES
+from controlplane.router.demand import (
+    DEFAULT_ACTIVITY_WINDOW_SECONDS,
+    DEFAULT_REPORT_DURATION_SECONDS,
+    DEFAULT_REPORT_INTERVAL_SECONDS,
+)
 from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
 from controlplane.router.settings import (
     DEFAULT_BIND_ADDRESS,
@@ -57,6 +62,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="what forwards requests to members (aiohttp is the faster; httpx for comparison)",
     )
     parser.add_argument(
+        "--demand-report-interval",
+        type=positive_float,
+        default=DEFAULT_REPORT_INTERVAL_SECONDS,
+        help="seconds: this replica's demand report (held requests per member, for the pool's "
+        f"scheduler) is written at most this often (default {DEFAULT_REPORT_INTERVAL_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--demand-report-duration",
+        type=positive_int,
+        default=DEFAULT_REPORT_DURATION_SECONDS,
+        help="seconds a demand report counts unrenewed; renewed every third of it while there is "
+        f"demand (default {DEFAULT_REPORT_DURATION_SECONDS})",
+    )
+    parser.add_argument(
+        "--activity-window",
+        type=positive_float,
+        default=DEFAULT_ACTIVITY_WINDOW_SECONDS,
+        help="seconds after its last request ends that a member still has demand (a client "
+        f"looping back to back) (default {DEFAULT_ACTIVITY_WINDOW_SECONDS:g})",
+    )
+    parser.add_argument(
         "--audit-successes",
         action="store_true",
         help="log each 2xx answer's audit line at INFO (default DEBUG; errors are always INFO)",
@@ -75,6 +101,9 @@ def settings_from(args: argparse.Namespace) -> RouterProxySettings:
         max_body_bytes=args.max_body_bytes,
         upstream_client=args.upstream_client,
         audit_successes=args.audit_successes,
+        demand_report_interval_seconds=args.demand_report_interval,
+        demand_report_duration_seconds=args.demand_report_duration,
+        activity_window_seconds=args.activity_window,
     )
 
 

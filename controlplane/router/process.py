@@ -20,6 +20,7 @@ from controlplane.preflight import Component
 from controlplane.process import default_identity, gate_on_preflight
 from controlplane.router.activator import Activator, Notifier
 from controlplane.router.app import ProxyContext, build_app
+from controlplane.router.demand import DemandReporter, LocalDemand, PoolLeases
 from controlplane.router.lease import LeaseCoordinator
 from controlplane.router.settings import UPSTREAM_CLIENTS, RouterProxySettings
 from controlplane.router.upstream import AiohttpUpstream, Upstream
@@ -84,10 +85,16 @@ class CacheView:
         pools: Informer,
         isvcs: Informer,
         slices: Informer,
+        leases: Informer | None = None,
     ) -> None:
         self.namespace = namespace
         self.router_name = router
         self._routers, self._pools, self._isvcs, self._slices = routers, pools, isvcs, slices
+        self._leases = leases
+        self._lease_changes = _Count()
+        if leases is not None:
+            leases.add_handler(self._lease_changes)
+        self._pool_leases: dict[str, tuple[int, list[ObjectView]]] = {}
         self._decoded: dict[tuple[int, str], tuple[str, ObjectView]] = {}
         self._changes = _Count()
         for informer in (routers, pools, isvcs):
@@ -123,6 +130,23 @@ class CacheView:
 
     def isvc(self, name: str) -> ObjectView | None:
         return self._read(self._isvcs, name)
+
+    def pool_leases(self, pool: str) -> list[ObjectView]:
+        """The Leases labelled with ``pool`` (its intent, every replica's demand report), decoded
+        once per change of the Lease cache: the fast path asks on every request."""
+        if self._leases is None:
+            return []
+        generation = self._lease_changes.changes
+        known = self._pool_leases.get(pool)
+        if known is not None and known[0] == generation:
+            return known[1]
+        found: list[ObjectView] = [
+            lease
+            for lease in self._leases.store.objects()
+            if ((lease.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL) == pool
+        ]
+        self._pool_leases[pool] = (generation, found)
+        return found
 
     def member_urls(self, member: str) -> list[str]:
         """By index, through the one function the pool controller uses too; kept until an
@@ -193,12 +217,36 @@ def build_router_proxy(
     notifier = Notifier()
     for informer in (routers, pools, isvcs, slices, leases):
         informer.add_handler(_Wake(notifier))
-    view = CacheView(ns, settings.router, routers, pools, isvcs, slices)
+    view = CacheView(ns, settings.router, routers, pools, isvcs, slices, leases)
     coordinator = LeaseCoordinator(
         manager.client, ns, identity, duration=settings.lease_duration_seconds
     )
-    activator = Activator(view, coordinator, manager.client, ns, notifier=notifier)
+    pool_leases = PoolLeases(identity)
+    leases.add_handler(pool_leases)
+    local = LocalDemand()
+    activator = Activator(
+        view,
+        coordinator,
+        manager.client,
+        ns,
+        notifier=notifier,
+        local=local,
+        leases=pool_leases,
+        activity_window=settings.activity_window_seconds,
+    )
     manager.add(activator)
+    manager.add(
+        DemandReporter(
+            manager.client,
+            ns,
+            identity,
+            local,
+            activator.inflight,
+            interval=settings.demand_report_interval_seconds,
+            duration=settings.demand_report_duration_seconds,
+            activity_window=settings.activity_window_seconds,
+        )
+    )
 
     gate_on_preflight(
         manager,

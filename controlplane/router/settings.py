@@ -10,6 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controlplane.router.app import DEFAULT_MAX_BODY_BYTES
+from controlplane.router.demand import (
+    DEFAULT_ACTIVITY_WINDOW_SECONDS,
+    DEFAULT_REPORT_DURATION_SECONDS,
+    DEFAULT_REPORT_INTERVAL_SECONDS,
+)
 from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
 
 DEFAULT_BIND_ADDRESS = ("0.0.0.0", 8000)
@@ -41,3 +46,9 @@ class RouterProxySettings:
     upstream_client: str = DEFAULT_UPSTREAM_CLIENT
     #: Log every 2xx answer's audit line at INFO (by default at DEBUG; errors are always INFO).
     audit_successes: bool = False
+    #: The demand report (docs/modelpool.md, "Scheduling the slot") is written at most this often.
+    demand_report_interval_seconds: float = DEFAULT_REPORT_INTERVAL_SECONDS
+    #: A demand report not renewed for this long stops counting (a dead replica's demand).
+    demand_report_duration_seconds: int = DEFAULT_REPORT_DURATION_SECONDS
+    #: A member whose last request ended less than this long ago still has demand.
+    activity_window_seconds: float = DEFAULT_ACTIVITY_WINDOW_SECONDS

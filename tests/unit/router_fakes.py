@@ -131,10 +131,25 @@ class FakeApi:
 class FakeView:
     """The caches: pools, InferenceServices and member URLs, edited by the test."""
 
-    def __init__(self) -> None:
+    def __init__(self, api: FakeApi | None = None) -> None:
         self.pools: dict[str, Object] = {}
         self.isvcs: dict[str, Object] = {}
         self.urls: dict[str, list[str]] = {}
+        #: The Lease informer's cache is the fake API's Leases (it delivers every write at once).
+        self.api = api
+
+    def pool_leases(self, pool: str) -> list[Mapping[str, Any]]:
+        if self.api is None:
+            return []
+        return [
+            copy.deepcopy(obj)
+            for (plural, _), obj in self.api.objects.items()
+            if plural == "leases"
+            and ((obj.get("metadata") or {}).get("labels") or {}).get(
+                "inference.modelpool.dev/pool"
+            )
+            == pool
+        ]
 
     def pool(self, name: str) -> Mapping[str, Any] | None:
         return self.pools.get(name)

@@ -131,8 +131,18 @@ def test_every_kind_has_status_short_names_and_the_category() -> None:
 
 def test_pool_printer_columns_tell_the_story() -> None:
     columns = version(ModelPool)["additionalPrinterColumns"]
-    assert [c["name"] for c in columns] == ["Policy", "Resident", "Pending", "Phase", "Age"]
-    assert {c["name"]: c["jsonPath"] for c in columns}["Resident"] == ".status.residentMember"
+    assert [c["name"] for c in columns if not c.get("priority")] == [
+        "Policy",
+        "Resident",
+        "Pending",
+        "Waiting",
+        "Phase",
+        "Age",
+    ]
+    assert [c["name"] for c in columns if c.get("priority")] == ["Max-Wait", "Min-Residency"]
+    paths = {c["name"]: c["jsonPath"] for c in columns}
+    assert paths["Resident"] == ".status.residentMember"
+    assert paths["Waiting"] == ".status.waiting[*].member"
 
 
 def _rules(node: dict[str, Any]) -> list[dict[str, Any]]:
@@ -142,9 +152,14 @@ def _rules(node: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_cel_rules_cover_what_a_schema_cannot_say_and_name_their_field() -> None:
     pool_spec = schema(ModelPool)["properties"]["spec"]
-    (default_rule,) = _rules(pool_spec)
+    default_rule, bound_below_budget = _rules(pool_spec)
     assert default_rule["fieldPath"] == ".default"
     assert "spec.default" in default_rule["message"]
+    assert bound_below_budget["fieldPath"] == ".scheduling.maxWait"
+    assert "spec.swapBudget" in bound_below_budget["message"]
+    scheduling = pool_spec["properties"]["scheduling"]
+    (floor_below_bound,) = _rules(scheduling)
+    assert floor_below_bound["fieldPath"] == ".minResidency"
     (unique,) = _rules(pool_spec["properties"]["members"])
     assert "exists_one" in unique["rule"]
     assert "spec.members" in unique["message"]
@@ -171,6 +186,14 @@ def test_bounds_the_contract_names() -> None:
     assert pool["swapPolicy"]["enum"] == ["sticky"]
     assert pool["swapBudget"]["default"] == "300s"
     assert pool["members"]["minItems"] == 1
+    assert pool["scheduling"]["default"] == {}, "absent scheduling still gets its defaults"
+    scheduling = pool["scheduling"]["properties"]
+    assert (scheduling["maxWait"]["default"], scheduling["minResidency"]["default"]) == (
+        "30s",
+        "10s",
+    )
+    priority = pool["members"]["items"]["properties"]["priority"]
+    assert (priority["minimum"], priority["maximum"], priority["default"]) == (0, 1000, 0)
 
 
 @pytest.mark.parametrize("good", ["300s", "5m", "1h30m", "1.5s", "250ms", "2h"])

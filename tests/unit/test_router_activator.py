@@ -7,23 +7,18 @@ accepts and refuses writes as the real API server does (tests/unit/router_fakes.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from typing import Any
-
 import anyio
 import pytest
 
 from controlplane.api.v1alpha1.activation import (
     POOL_LABEL,
     TARGET_ANNOTATION,
-    pool_lease_name,
     read_activation,
     released,
 )
 from controlplane.controllers.modelpool.intent import LeaseObserver
 from controlplane.router import metrics
-from controlplane.router.activator import ISVC, Activator
+from controlplane.router.activator import Activator
 from controlplane.router.errors import (
     ActivationFailed,
     ActivationTimeout,
@@ -36,95 +31,22 @@ from controlplane.router.retryafter import SwapHistory
 from controlplane.router.routing import Route
 from controlplane.runtime.metrics import REGISTRY
 from controlplane.runtime.resources import LEASES
-from tests.unit.router_fakes import FakeApi, FakeView
+from tests.unit.activator_helpers import (
+    ISVC_PLURAL,
+    LEASE_NAME,
+    Clock,
+    claims_by,
+    cluster,
+    holder,
+    lease,
+    new_activator,
+    play_controller,
+    running,
+    until,
+)
+from tests.unit.router_fakes import FakeApi
 
 pytestmark = pytest.mark.anyio
-
-ISVC_PLURAL = "inferenceservices"
-LEASE_NAME = pool_lease_name("gpu-0")
-Object = dict[str, Any]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def cluster(
-    budget: str = "300s", members: tuple[str, ...] = ("a", "b", "c")
-) -> tuple[FakeView, FakeApi]:
-    view, api = FakeView(), FakeApi()
-    view.pools["gpu-0"] = {
-        "spec": {
-            "members": [{"inferenceServiceRef": {"name": n}} for n in members],
-            "swapBudget": budget,
-        },
-        "status": {},
-    }
-    for name in members:
-        view.isvcs[name] = {"spec": {"replicas": 0}, "status": {"phase": "Stopped"}}
-        api.put(ISVC, {"metadata": {"name": name}, "spec": {"replicas": 0}})
-    view.make_resident("gpu-0", "a")
-    return view, api
-
-
-async def until(done: Callable[[], bool], timeout: float = 5) -> None:
-    with anyio.fail_after(timeout):
-        while not done():  # noqa: ASYNC110 (the fakes have no events to wait on)
-            await anyio.sleep(0.01)
-
-
-def lease(api: FakeApi) -> Object:
-    return api.objects[("leases", LEASE_NAME)]
-
-
-def holder(api: FakeApi) -> str:
-    found = api.objects.get(("leases", LEASE_NAME))
-    return read_activation(found).holder if found else ""
-
-
-def claims_by(api: FakeApi, identity: str) -> list[Object]:
-    """Lease writes that (re)took it for a target: creates, and updates that set a new target
-    or a new holder."""
-    out: list[Object] = []
-    previous: tuple[str, str | None] = ("", None)
-    for obj in api.lease_writes():
-        activation = read_activation(obj)
-        now = (activation.holder, activation.target)
-        if activation.holder == identity and now != previous:
-            out.append(obj)
-        previous = now
-    return out
-
-
-async def play_controller(view: FakeView, api: FakeApi, activator: Activator) -> str:
-    """When the Lease targets a member, bring it up as the pool controller would."""
-    while True:
-        found = api.objects.get(("leases", LEASE_NAME))
-        if found and read_activation(found).requested:
-            target = str(read_activation(found).target)
-            view.make_resident("gpu-0", target)
-            activator.notifier.notify()
-            return target
-        await anyio.sleep(0.01)
-
-
-@asynccontextmanager
-async def running(activator: Activator) -> AsyncIterator[anyio.abc.TaskGroup]:
-    async with anyio.create_task_group() as group:
-        group.start_soon(activator.start)
-        await until(lambda: activator._group is not None)
-        yield group
-        group.cancel_scope.cancel()
-
-
-def new_activator(view: FakeView, api: FakeApi, identity: str = "me", **kw: Any) -> Activator:
-    duration = kw.pop("duration", 45)
-    coordinator = LeaseCoordinator(api, "ns", identity, duration=duration)
-    return Activator(view, coordinator, api, "ns", linger_grace=kw.pop("linger_grace", 0.2), **kw)
 
 
 # -- fast path, coalescing, budget ---------------------------------------------------------------
@@ -178,8 +100,10 @@ async def test_budget_elapsed_is_503_and_an_unattended_holder_scales_the_target_
     assert holder(api) == ""
 
 
-async def test_a_busy_incumbent_is_not_preempted_and_the_answer_is_pool_busy() -> None:
-    view, api = cluster(budget="300ms")
+async def test_a_busy_incumbent_inside_its_floor_keeps_the_slot_and_the_answer_is_pool_busy() -> (
+    None
+):
+    view, api = cluster(budget="300ms")  # minResidency 10 s by default: a is inside it
     activator = new_activator(view, api)
     release = activator.inflight.track("a")
     async with running(activator):
@@ -187,12 +111,13 @@ async def test_a_busy_incumbent_is_not_preempted_and_the_answer_is_pool_busy() -
             await activator.upstream(Route("qwen", "b", "gpu-0"))
     release()
     assert api.lease_writes() == []
+    assert caught.value.code == "pool_busy"
     assert int(caught.value.headers()["Retry-After"]) >= 1
 
 
 async def test_the_claim_follows_the_incumbent_going_idle() -> None:
     view, api = cluster()
-    activator = new_activator(view, api)
+    activator = new_activator(view, api, activity_window=0.05)
     release = activator.inflight.track("a")
     result: list[str] = []
     async with running(activator) as group:

@@ -1,14 +1,15 @@
 """ModelPool (``mpool``): InferenceServices that share one exclusive GPU slot.
 
 The API server refuses a pool whose members are missing, empty or repeated, whose ``default`` is not
-one of them, or whose ``swapBudget`` is not a positive duration: a pool controller never has to
-decide what such a pool could mean.
+one of them, or whose ``swapBudget`` is not a positive duration, and a ``scheduling`` whose bound
+is not below the budget or whose floor is above the bound: a pool controller never has to decide
+what such a pool could mean.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
 from controlplane.api.fields import Rule, api_field
 from controlplane.api.struct import ApiObject
@@ -25,6 +26,14 @@ from controlplane.api.v1alpha1.meta import (
 SWAP_POLICY_STICKY: Final = "sticky"
 SWAP_POLICIES: Final = (SWAP_POLICY_STICKY,)
 DEFAULT_SWAP_BUDGET: Final = "300s"
+#: The starvation bound by default: a held request gets the slot's turn within this (plus the
+#: drain and the swap), well inside the default budget, even while the resident is busy.
+DEFAULT_MAX_WAIT: Final = "30s"
+#: The anti-thrash floor by default: a few of the quick start's swaps (about 3 s each), so two
+#: members with alternating demand spend most of the time serving, not swapping.
+DEFAULT_MIN_RESIDENCY: Final = "10s"
+#: Member priorities: higher goes first; aging keeps a bound for the lower ones.
+MAX_PRIORITY: Final = 1000
 #: Members in one pool: a bound that also keeps the uniqueness rule's CEL cost small.
 MAX_MEMBERS: Final = 32
 
@@ -48,11 +57,66 @@ class PoolMember(ApiObject):
     inference_service_ref: LocalObjectReference | None = api_field(
         "The member InferenceService.", required=True
     )
+    priority: int | None = api_field(
+        "Scheduling priority (0..1000, higher first); a waiting member gains one level per "
+        "spec.scheduling.maxWait waited, and an overdue one goes first whatever its priority.",
+        default=0,
+        minimum=0,
+        maximum=MAX_PRIORITY,
+    )
 
     @property
     def name(self) -> str | None:
         ref = self.inference_service_ref
         return ref.name if ref is not None else None
+
+
+def _duration(description: str, default: str, *, positive: bool) -> Any:
+    bound = "> duration('0s')" if positive else ">= duration('0s')"
+    return api_field(
+        description,
+        default=default,
+        pattern=DURATION_PATTERN,
+        max_length=32,
+        rules=(
+            Rule(
+                f"duration(self) {bound}",
+                "must be a "
+                + ("positive" if positive else "non-negative")
+                + " duration (e.g. 30s)",
+                reason="FieldValueInvalid",
+            ),
+        ),
+    )
+
+
+@dataclass(kw_only=True)
+class SchedulingSpec(ApiObject):
+    """How the slot's turn passes between members (docs/modelpool.md, "Scheduling the slot")."""
+
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "!has(self.minResidency) || !has(self.maxWait) || "
+            "duration(self.minResidency) <= duration(self.maxWait)",
+            "spec.scheduling.minResidency must not exceed spec.scheduling.maxWait "
+            "(the bound wins over the floor)",
+            field_path=".minResidency",
+            reason="FieldValueInvalid",
+        ),
+    )
+
+    max_wait: str | None = _duration(
+        "The starvation bound: once the oldest request held for a member has waited this long, "
+        "the next turn is its own, even inside the resident's minResidency.",
+        DEFAULT_MAX_WAIT,
+        positive=True,
+    )
+    min_residency: str | None = _duration(
+        "The anti-thrash floor: a member that became resident keeps the slot at least this long "
+        "while it has demand, unless a waiting member reaches maxWait. 0s turns it off.",
+        DEFAULT_MIN_RESIDENCY,
+        positive=False,
+    )
 
 
 @dataclass(kw_only=True)
@@ -65,6 +129,14 @@ class ModelPoolSpec(ApiObject):
             "self.members.exists(m, m.inferenceServiceRef.name == self.default)",
             "spec.default must name one of spec.members[].inferenceServiceRef.name",
             field_path=".default",
+            reason="FieldValueInvalid",
+        ),
+        Rule(
+            "!has(self.scheduling) || !has(self.scheduling.maxWait) || !has(self.swapBudget) || "
+            "duration(self.scheduling.maxWait) < duration(self.swapBudget)",
+            "spec.scheduling.maxWait must be shorter than spec.swapBudget: a held request must "
+            "get its turn before its budget runs out",
+            field_path=".scheduling.maxWait",
             reason="FieldValueInvalid",
         ),
     )
@@ -104,6 +176,11 @@ class ModelPoolSpec(ApiObject):
             ),
         ),
     )
+    scheduling: SchedulingSpec | None = api_field(
+        "How the slot's turn passes between members: maxWait (the bound), minResidency (the "
+        "floor); defaults apply when absent.",
+        default={},
+    )
     gpu: str | None = api_field(
         "The GPU the members share, for humans (informational).", max_length=253
     )
@@ -125,6 +202,17 @@ class MemberStatus(ApiObject):
 
 
 @dataclass(kw_only=True)
+class WaitingDemand(ApiObject):
+    """Requests held for one member across the router-proxy replicas, as last reported."""
+
+    member: str | None = api_field("Member InferenceService name.", required=True)
+    requests: int | None = api_field("Requests held for it.", format="int64", minimum=0)
+    since: str | None = api_field(
+        "When the oldest of them arrived, as the pool controller places it.", format="date-time"
+    )
+
+
+@dataclass(kw_only=True)
 class ModelPoolStatus(ApiObject):
     """Observed state of a ModelPool."""
 
@@ -136,6 +224,14 @@ class ModelPoolStatus(ApiObject):
         default_factory=list,
         list_type="map",
         list_map_keys=("name",),
+        max_items=MAX_MEMBERS,
+    )
+    waiting: list[WaitingDemand] = api_field(
+        "Members other than the resident with requests held for them (every replica's demand "
+        "reports), oldest first: why the slot is where it is.",
+        default_factory=list,
+        list_type="map",
+        list_map_keys=("member",),
         max_items=MAX_MEMBERS,
     )
     observed_generation: int | None = api_field(
@@ -157,8 +253,20 @@ class ModelPool(CustomObject):
         PrinterColumn("Policy", ".spec.swapPolicy", description="Swap policy"),
         PrinterColumn("Resident", ".status.residentMember", description="Member holding the slot"),
         PrinterColumn("Pending", ".status.pendingMember", description="Member being swapped in"),
+        PrinterColumn(
+            "Waiting", ".status.waiting[*].member", description="Members with held requests"
+        ),
         PrinterColumn("Phase", ".status.phase", description="Pool phase"),
         AGE,
+        PrinterColumn(
+            "Max-Wait", ".spec.scheduling.maxWait", description="Starvation bound", priority=1
+        ),
+        PrinterColumn(
+            "Min-Residency",
+            ".spec.scheduling.minResidency",
+            description="Anti-thrash floor",
+            priority=1,
+        ),
     )
 
     spec: ModelPoolSpec = api_field("Desired state.", required=True, default_factory=ModelPoolSpec)

@@ -1,0 +1,151 @@
+"""Demand reports: how each router-proxy replica tells the pool what it holds (docs/modelpool.md).
+
+The pool's scheduler (:mod:`controlplane.scheduling.policy`) decides on the demand of *every*
+replica, not only its own, so each replica publishes a summary of its demand per pool, and every
+replica and the pool controller read all of them. The report **is** a Lease, one per replica and
+pool, which keeps the properties the scheduler needs without a new kind:
+
+* named :func:`demand_lease_name` (``modelpool-demand-<pool>-<hash of the replica>``) in the pool's
+  namespace, labelled :data:`~controlplane.api.v1alpha1.activation.POOL_LABEL` ``= <pool>`` and
+  :data:`REPORT_LABEL` ``= demand`` (so the Lease informers both sides already run see it, and it
+  is never read as the pool's intent, whose name differs);
+* ``spec.holderIdentity`` is the replica; the replica renews it at a third of
+  ``leaseDurationSeconds`` while it has demand, so a replica that dies stops counting within one
+  duration, and nobody else's demand goes with it;
+* the annotation :data:`DEMAND_ANNOTATION` carries ``{"<member>": {"held": N, "waited": S,
+  "active": B}}``: requests held, how long the oldest of them had waited when the report was
+  written (a *duration*: readers place the arrival on their own clock, at the moment they saw the
+  report, so no instant crosses machines), and whether a request for the member is in flight or
+  ended a moment ago.
+
+A replica writes its report when the summary changes, at most once per report interval, never per
+request; a replica with no demand writes once (an empty report, no holder) and then nothing.
+
+Both sides import these names, the builders and the one parsing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from controlplane.api.v1alpha1.activation import POOL_LABEL
+from controlplane.runtime.objects import Object
+from controlplane.runtime.timeutil import micro_time
+
+#: Label on a demand report (beside the pool label) saying what the Lease is.
+REPORT_LABEL: Final = "inference.modelpool.dev/report"
+REPORT_DEMAND: Final = "demand"
+#: Annotation holding the report's JSON.
+DEMAND_ANNOTATION: Final = "inference.modelpool.dev/demand"
+DEMAND_LEASE_PREFIX: Final = "modelpool-demand-"
+#: Members one report may name; a longer one is refused as malformed (a pool has at most 32).
+MAX_REPORTED_MEMBERS: Final = 64
+#: Held requests one report may claim for a member; beyond it the report is malformed.
+MAX_REPORTED_HELD: Final = 1_000_000
+
+
+def demand_lease_name(pool: str, identity: str) -> str:
+    """The Lease carrying ``identity``'s demand for ``pool`` (a hash keeps it a valid name)."""
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:10]
+    return f"{DEMAND_LEASE_PREFIX}{pool}-{digest}"
+
+
+def pool_of_demand_lease(lease: Mapping[str, Any]) -> str | None:
+    """The pool whose demand ``lease`` reports, or None for any other Lease."""
+    meta = lease.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    pool = labels.get(POOL_LABEL)
+    if not pool or labels.get(REPORT_LABEL) != REPORT_DEMAND:
+        return None
+    if not str(meta.get("name") or "").startswith(f"{DEMAND_LEASE_PREFIX}{pool}-"):
+        return None
+    return str(pool)
+
+
+@dataclass(frozen=True, slots=True)
+class ReportedDemand:
+    """One replica's demand for one member, as written in its report."""
+
+    held: int = 0
+    waited: float = 0.0
+    active: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"held": self.held, "waited": round(self.waited, 3), "active": self.active}
+
+
+class MalformedReport(ValueError):
+    """A demand annotation that is not the documented shape; the message names what is wrong."""
+
+
+def encode_demand(demand: Mapping[str, ReportedDemand]) -> str:
+    return json.dumps({m: d.to_json() for m, d in sorted(demand.items())}, separators=(",", ":"))
+
+
+def decode_demand(text: str | None) -> dict[str, ReportedDemand]:
+    """The one parsing of a report; raises :class:`MalformedReport` naming the problem."""
+    if not text:
+        return {}
+    try:
+        raw = json.loads(text)
+    except ValueError as err:
+        raise MalformedReport(f"{DEMAND_ANNOTATION} is not JSON: {err}") from err
+    if not isinstance(raw, dict):
+        raise MalformedReport(f"{DEMAND_ANNOTATION} must be an object of members")
+    if len(raw) > MAX_REPORTED_MEMBERS:
+        raise MalformedReport(f"{DEMAND_ANNOTATION} names {len(raw)} members (at most 64)")
+    found: dict[str, ReportedDemand] = {}
+    for member, entry in raw.items():
+        if not isinstance(entry, dict):
+            raise MalformedReport(f"{DEMAND_ANNOTATION}[{member!r}] must be an object")
+        held, waited, active = entry.get("held", 0), entry.get("waited", 0), entry.get("active")
+        if (
+            isinstance(held, bool)
+            or not isinstance(held, int)
+            or not 0 <= held <= MAX_REPORTED_HELD
+        ):
+            raise MalformedReport(f"{DEMAND_ANNOTATION}[{member!r}].held must be 0..1000000")
+        if isinstance(waited, bool) or not isinstance(waited, int | float) or not waited >= 0:
+            raise MalformedReport(f"{DEMAND_ANNOTATION}[{member!r}].waited must be >= 0 seconds")
+        if not isinstance(active, bool):
+            raise MalformedReport(f"{DEMAND_ANNOTATION}[{member!r}].active must be a boolean")
+        found[str(member)] = ReportedDemand(held, float(waited), active)
+    return found
+
+
+def demand_lease(
+    namespace: str,
+    pool: str,
+    identity: str,
+    duration: int,
+    demand: Mapping[str, ReportedDemand],
+    current: Mapping[str, Any] | None = None,
+) -> Object:
+    """The report Lease carrying ``demand`` (held by ``identity`` while there is any; no holder
+    when there is none), written over ``current`` (as read: its resourceVersion) if given."""
+    now = micro_time()
+    base: Object = dict(current) if current is not None else {}
+    metadata = dict(base.get("metadata") or {})
+    metadata.update(name=demand_lease_name(pool, identity), namespace=namespace)
+    metadata["labels"] = {
+        **(metadata.get("labels") or {}),
+        POOL_LABEL: pool,
+        REPORT_LABEL: REPORT_DEMAND,
+    }
+    metadata["annotations"] = {
+        **(metadata.get("annotations") or {}),
+        DEMAND_ANNOTATION: encode_demand(demand),
+    }
+    spec = dict(base.get("spec") or {})
+    spec.update(
+        holderIdentity=identity if demand else "",
+        leaseDurationSeconds=duration,
+        renewTime=now,
+    )
+    spec.setdefault("acquireTime", now)
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", **base,
+            "metadata": metadata, "spec": spec}  # fmt: skip

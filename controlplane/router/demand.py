@@ -1,0 +1,335 @@
+"""Pooled demand: what this replica holds, what every replica reports, and the reports it writes.
+
+docs/modelpool.md ("Scheduling the slot"). The pool's scheduler decides on the demand of every
+replica (:mod:`controlplane.api.v1alpha1.demand` is the protocol), so this module has three jobs:
+
+* :class:`LocalDemand`: this replica's own held requests per pool and member (how many, and when
+  the oldest arrived, on our monotonic clock), and which pool a member was last routed in;
+* :class:`PoolLeases`: an informer event handler over the namespace's pool Leases (the intent and
+  every replica's demand report), judging each one's expiry on our clock as the pool controller
+  does; :meth:`PoolLeases.pooled` merges our own demand with every live report of the others
+  (a report's ``waited`` is placed on our clock at the moment we saw it), and
+  :meth:`PoolLeases.intent_target` says which member a live intent asks for;
+* :class:`DemandReporter`: writes our report Lease when the summary changes, at most once per
+  ``interval`` and never per request, renews it at a third of its duration while there is
+  demand, and writes it empty (no holder) once when there is none left.
+
+A malformed report from another replica is ignored and logged (never a crash, never a forced
+turn); an expired one stops counting, so a dead replica loses only its own demand.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from controlplane.api.v1alpha1.activation import pool_for_lease, read_activation
+from controlplane.api.v1alpha1.demand import (
+    DEMAND_ANNOTATION,
+    MalformedReport,
+    ReportedDemand,
+    decode_demand,
+    demand_lease,
+    demand_lease_name,
+    pool_of_demand_lease,
+)
+from controlplane.clock import TimeSource
+from controlplane.router.inflight import InFlightRequests
+from controlplane.router.lease import ObjectApi
+from controlplane.runtime.errors import AlreadyExists, Conflict, KubeError, NotFound
+from controlplane.runtime.informer import DeletedFinalStateUnknown
+from controlplane.runtime.leaserecord import ExpiryObserver, LeaseRecord, lease_key
+from controlplane.runtime.resources import LEASES
+from controlplane.scheduling.policy import MemberDemand
+
+log = logging.getLogger(__name__)
+
+#: A member whose last request ended less than this long ago still has demand (a client looping
+#: back to back is between two requests, not gone).
+DEFAULT_ACTIVITY_WINDOW_SECONDS = 2.0
+#: A replica writes its report at most this often.
+DEFAULT_REPORT_INTERVAL_SECONDS = 0.5
+#: A report not renewed for this long stops counting (the replica renews at a third of it).
+DEFAULT_REPORT_DURATION_SECONDS = 15
+
+
+class LocalDemand:
+    """This replica's held requests per (pool, member), and the pool each member was routed in."""
+
+    def __init__(self, clock: TimeSource = time.monotonic) -> None:
+        self.clock = clock
+        self._held: dict[tuple[str, str], dict[int, float]] = {}
+        self._ids = itertools.count()
+        #: member -> pool, from the routes seen (a member is in one pool: docs/modelpool.md).
+        self.pool_of: dict[str, str] = {}
+
+    def routed(self, pool: str, member: str) -> None:
+        self.pool_of[member] = pool
+
+    def hold(self, pool: str, member: str) -> Callable[[], None]:
+        """Count one held request that arrived now; call the result when it is answered."""
+        self.routed(pool, member)
+        key, ticket = (pool, member), next(self._ids)
+        self._held.setdefault(key, {})[ticket] = self.clock()
+
+        def release() -> None:
+            arrivals = self._held.get(key)
+            if arrivals is not None:
+                arrivals.pop(ticket, None)
+                if not arrivals:
+                    del self._held[key]
+
+        return release
+
+    def held(self, pool: str) -> dict[str, tuple[int, float]]:
+        """Per member of ``pool``: requests held here and the oldest one's arrival."""
+        return {
+            member: (len(arrivals), min(arrivals.values()))
+            for (p, member), arrivals in self._held.items()
+            if p == pool and arrivals
+        }
+
+    def pools(self) -> set[str]:
+        return {pool for pool, _ in self._held} | set(self.pool_of.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Another replica's live report: its demand, and when we saw it (our clock)."""
+
+    holder: str
+    seen_at: float
+    demand: dict[str, ReportedDemand]
+
+
+class PoolLeases:
+    """The namespace's pool Leases as this replica sees them, expiry judged on our clock.
+
+    Subscribed to the pool-Lease informer, so the moment a record is seen to change is the moment
+    the watch delivered it."""
+
+    def __init__(self, identity: str, clock: TimeSource = time.monotonic) -> None:
+        self.identity = identity
+        self.expiry = ExpiryObserver(clock)
+        self.clock = clock
+        self._malformed: dict[str, str] = {}
+
+    # -- informer event handler ------------------------------------------------------------------
+
+    def on_add(self, obj: dict[str, Any], initial: bool) -> None:
+        self.expiry.observe(obj)
+
+    def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        self.expiry.observe(new)
+
+    def on_delete(self, obj: dict[str, Any] | DeletedFinalStateUnknown) -> None:
+        final = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
+        self.expiry.forget(lease_key(final))
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def intent_target(self, pool: str, leases: Iterable[Mapping[str, Any]]) -> str | None:
+        """The member a live intent on ``pool``'s Lease asks for, or None."""
+        for lease in leases:
+            if pool_for_lease(lease) != pool:
+                continue
+            activation = read_activation(lease)
+            if activation.requested and self.expiry.remaining(lease) >= 0:
+                return activation.target
+        return None
+
+    def reports(self, pool: str, leases: Iterable[Mapping[str, Any]]) -> list[Report]:
+        """The live, well-formed demand reports of ``pool`` by replicas other than us."""
+        found: list[Report] = []
+        for lease in leases:
+            if pool_of_demand_lease(lease) != pool:
+                continue
+            record = LeaseRecord.of(lease)
+            if not record.held or record.holder == self.identity:
+                continue
+            if self.expiry.remaining(lease) < 0:
+                continue
+            text = dict(record.annotations).get(DEMAND_ANNOTATION)
+            try:
+                demand = decode_demand(text)
+            except MalformedReport as err:
+                self._note_malformed(lease_key(lease), str(err))
+                continue
+            found.append(Report(record.holder, self.expiry.observe(lease), demand))
+        return found
+
+    def _note_malformed(self, key: str, why: str) -> None:
+        if self._malformed.get(key) != why:
+            self._malformed[key] = why
+            log.warning("demand report %s ignored: %s", key, why)
+
+    def pooled(
+        self,
+        pool: str,
+        leases: Iterable[Mapping[str, Any]],
+        local: LocalDemand,
+        inflight: InFlightRequests,
+        priorities: Mapping[str, int],
+        activity_window: float,
+    ) -> dict[str, MemberDemand]:
+        """Every replica's demand for ``pool``'s members, on our clock (members unknown to the
+        pool are dropped: a report cannot invent a member)."""
+        held: dict[str, int] = {}
+        oldest: dict[str, float] = {}
+        active: dict[str, bool] = {}
+        for member, (count, arrived) in local.held(pool).items():
+            held[member] = held.get(member, 0) + count
+            oldest[member] = min(oldest.get(member, arrived), arrived)
+        for member in priorities:  # the pool's members (a member is in one pool)
+            if inflight.active(member, activity_window):
+                active[member] = True
+        for report in self.reports(pool, leases):
+            for member, entry in report.demand.items():
+                if entry.held > 0:
+                    held[member] = held.get(member, 0) + entry.held
+                    arrived = report.seen_at - entry.waited
+                    oldest[member] = min(oldest.get(member, arrived), arrived)
+                if entry.active:
+                    active[member] = True
+        return {
+            member: MemberDemand(
+                held=held.get(member, 0),
+                oldest=oldest.get(member),
+                active=active.get(member, False),
+                priority=priority,
+            )
+            for member, priority in priorities.items()
+        }
+
+
+def own_report(
+    pool: str,
+    local: LocalDemand,
+    inflight: InFlightRequests,
+    activity_window: float,
+    now: float,
+) -> dict[str, ReportedDemand]:
+    """What this replica reports for ``pool``: its held requests and the members active here."""
+    report: dict[str, ReportedDemand] = {}
+    for member, (count, arrived) in local.held(pool).items():
+        report[member] = ReportedDemand(held=count, waited=max(0.0, now - arrived))
+    for member, in_pool in local.pool_of.items():
+        if in_pool == pool and inflight.active(member, activity_window):
+            entry = report.get(member, ReportedDemand())
+            report[member] = ReportedDemand(entry.held, entry.waited, active=True)
+    return report
+
+
+def _summary(report: Mapping[str, ReportedDemand], now: float) -> tuple[Any, ...]:
+    """What a change of the report is: counts, activity, and the oldest arrival to 0.1 s (the
+    ``waited`` of an unchanged oldest request grows by itself and is no change)."""
+    return tuple(
+        (m, d.held, d.active, round(now - d.waited, 1) if d.held else None)
+        for m, d in sorted(report.items())
+    )
+
+
+class DemandReporter:
+    """Writes this replica's demand report per pool: on change (at most once per ``interval``),
+    renewed at a third of ``duration`` while there is demand, emptied once when there is none."""
+
+    needs_leader_election = False
+
+    def __init__(
+        self,
+        client: ObjectApi,
+        namespace: str,
+        identity: str,
+        local: LocalDemand,
+        inflight: InFlightRequests,
+        *,
+        interval: float = DEFAULT_REPORT_INTERVAL_SECONDS,
+        duration: int = DEFAULT_REPORT_DURATION_SECONDS,
+        activity_window: float = DEFAULT_ACTIVITY_WINDOW_SECONDS,
+        clock: TimeSource = time.monotonic,
+    ) -> None:
+        if interval <= 0 or duration < 1:
+            raise ValueError("the report interval must be positive and its duration at least 1 s")
+        self.client, self.namespace, self.identity = client, namespace, identity
+        self.local, self.inflight = local, inflight
+        self.interval, self.duration, self.activity_window = interval, duration, activity_window
+        self.clock = clock
+        #: Per pool: the summary last written, and when.
+        self._written: dict[str, tuple[tuple[Any, ...], float]] = {}
+        #: Per pool: the report Lease as the API server last returned it.
+        self._objects: dict[str, Any] = {}
+        self.writes = 0
+        #: Each write's time limit, so a hung API call cannot outlive the report.
+        self.call_timeout = max(1.0, duration / 6)
+
+    async def start(self) -> None:
+        """Report until cancelled; on the way out, empty every report we wrote (best effort)."""
+        try:
+            while True:
+                await self.report_once()
+                await anyio.sleep(self.interval)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
+                for pool, (summary, _) in list(self._written.items()):
+                    if summary:
+                        await self._write(pool, {})
+
+    async def report_once(self) -> None:
+        now = self.clock()
+        for pool in sorted(self.local.pools() | set(self._written)):
+            report = own_report(pool, self.local, self.inflight, self.activity_window, now)
+            summary = _summary(report, now)
+            last = self._written.get(pool)
+            if last is None and not report:
+                continue  # never reported, nothing to report
+            changed = last is None or last[0] != summary
+            renew_due = bool(report) and last is not None and now - last[1] >= self.duration / 3
+            if changed or renew_due:
+                await self._write(pool, report)
+
+    async def _write(self, pool: str, report: Mapping[str, ReportedDemand]) -> None:
+        """One write of the report, over the object we wrote last (its resourceVersion); a 409
+        or a report we never wrote is read first."""
+        name = demand_lease_name(pool, self.identity)
+        now = self.clock()
+        current = self._objects.get(pool)
+        try:
+            with anyio.fail_after(self.call_timeout):
+                await self._write_attempts(pool, name, report, now, current)
+        except (KubeError, TimeoutError) as err:
+            self._objects.pop(pool, None)
+            log.warning("pool %s: writing the demand report failed: %s", pool, err)
+
+    async def _write_attempts(
+        self,
+        pool: str,
+        name: str,
+        report: Mapping[str, ReportedDemand],
+        now: float,
+        current: Any,
+    ) -> None:
+        for _ in range(3):
+            if current is None:
+                try:
+                    current = await self.client.get(LEASES, name, self.namespace)
+                except NotFound:
+                    current = None
+            body = demand_lease(self.namespace, pool, self.identity, self.duration, report, current)
+            try:
+                if current is None:
+                    written = await self.client.create(LEASES, body)
+                else:
+                    written = await self.client.update(LEASES, body)
+            except (AlreadyExists, Conflict):
+                current = None
+                continue
+            self.writes += 1
+            self._objects[pool] = written
+            self._written[pool] = (_summary(report, now), now)
+            return

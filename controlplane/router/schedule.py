@@ -1,0 +1,106 @@
+"""The pool's turn as this replica sees it: the scheduler's inputs gathered, its verdict asked.
+
+The policy itself is pure (:mod:`controlplane.scheduling.policy`); this is the I/O around it on a
+router-proxy replica: every replica's demand (:class:`~controlplane.router.demand.PoolLeases`
+merged with our own :class:`~controlplane.router.demand.LocalDemand`), the pool's settings and
+member priorities from its spec, and since when the resident has held the slot, observed on our
+own monotonic clock (a timestamp written by another machine is never compared with ours).
+
+It also answers the one question the fast path asks of the schedule: is admission to a member
+closed (a live intent on the pool's Lease names another member)?
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+from controlplane.api.v1alpha1.modelpool import DEFAULT_MAX_WAIT, DEFAULT_MIN_RESIDENCY
+from controlplane.clock import TimeSource
+from controlplane.router.demand import DEFAULT_ACTIVITY_WINDOW_SECONDS, LocalDemand, PoolLeases
+from controlplane.router.inflight import InFlightRequests
+from controlplane.router.routing import parse_duration
+from controlplane.runtime.objects import ObjectView
+from controlplane.scheduling.policy import Residency, Settings, Turn, next_turn
+
+DEFAULT_MAX_WAIT_SECONDS = parse_duration(DEFAULT_MAX_WAIT, 30.0)
+DEFAULT_MIN_RESIDENCY_SECONDS = parse_duration(DEFAULT_MIN_RESIDENCY, 10.0)
+
+
+class PoolCache(Protocol):
+    """What the schedule reads from the informer caches."""
+
+    def pool(self, name: str) -> ObjectView | None: ...
+
+    def pool_leases(self, pool: str) -> list[ObjectView]: ...
+
+
+class PoolSchedule:
+    """The scheduler's inputs for each pool this replica routes to, and its verdict."""
+
+    def __init__(
+        self,
+        view: PoolCache,
+        leases: PoolLeases,
+        local: LocalDemand,
+        inflight: InFlightRequests,
+        *,
+        activity_window: float = DEFAULT_ACTIVITY_WINDOW_SECONDS,
+        clock: TimeSource = time.monotonic,
+    ) -> None:
+        self.view, self.leases, self.local, self.inflight = view, leases, local, inflight
+        self.activity_window = activity_window
+        self.clock = clock
+        #: Per pool, the resident and since when we have seen it resident (our clock).
+        self._residency: dict[str, Residency] = {}
+
+    def _resident(self, pool_name: str) -> str:
+        status = (self.view.pool(pool_name) or {}).get("status") or {}
+        return str(status.get("residentMember") or "")
+
+    def admission_closed(self, pool_name: str, member: str) -> bool:
+        """The turn has passed from ``member``: a live intent on the pool's Lease names another."""
+        target = self.leases.intent_target(pool_name, self.view.pool_leases(pool_name))
+        return target is not None and target != member
+
+    def residency(self, pool_name: str) -> Residency:
+        """The resident and since when we have seen it so (first sight counts as its start: a
+        replica that starts late keeps the floor longer, never shorter)."""
+        resident = self._resident(pool_name) or None
+        known = self._residency.get(pool_name)
+        if known is None or known.member != resident:
+            known = Residency(resident, self.clock())
+            self._residency[pool_name] = known
+        return known
+
+    def settings(self, pool_name: str) -> Settings:
+        scheduling = ((self.view.pool(pool_name) or {}).get("spec") or {}).get("scheduling") or {}
+        max_wait = parse_duration(scheduling.get("maxWait"), DEFAULT_MAX_WAIT_SECONDS)
+        floor = scheduling.get("minResidency")
+        min_residency = (
+            0.0 if floor in ("0", "0s") else parse_duration(floor, DEFAULT_MIN_RESIDENCY_SECONDS)
+        )
+        return Settings(max_wait=max_wait, min_residency=min(min_residency, max_wait))
+
+    def priorities(self, pool_name: str) -> dict[str, int]:
+        """Each member of the pool and its priority (0 when unset)."""
+        members = ((self.view.pool(pool_name) or {}).get("spec") or {}).get("members") or []
+        found: dict[str, int] = {}
+        for entry in members:
+            name = (entry.get("inferenceServiceRef") or {}).get("name")
+            if name:
+                priority = entry.get("priority")
+                found[str(name)] = priority if isinstance(priority, int) else 0
+        return found
+
+    def turn(self, pool_name: str) -> Turn:
+        """Whose turn the pool's slot is, on every replica's demand (the scheduler's verdict)."""
+        demand = self.leases.pooled(
+            pool_name,
+            self.view.pool_leases(pool_name),
+            self.local,
+            self.inflight,
+            self.priorities(pool_name),
+            self.activity_window,
+        )
+        return next_turn(demand, self.residency(pool_name), self.settings(pool_name), self.clock())

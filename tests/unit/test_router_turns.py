@@ -1,0 +1,215 @@
+"""The slot's turn on a router-proxy replica: the scheduler's verdict carried out (no network).
+
+Each test plays the pool controller (tests/unit/activator_helpers.py) and checks one promise of
+docs/modelpool.md ("Scheduling the slot"): a busy resident past its floor gives the turn and its
+admission closes pool-wide; the floor holds the turn; another replica's demand counts (and stops
+counting when its report expires); priority orders the waiting members; the demand report is
+written on change, not per request.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from controlplane.api.v1alpha1.activation import new_pool_lease, read_activation
+from controlplane.api.v1alpha1.demand import (
+    DEMAND_ANNOTATION,
+    ReportedDemand,
+    decode_demand,
+    demand_lease,
+    demand_lease_name,
+)
+from controlplane.router.demand import DemandReporter
+from controlplane.router.routing import Route
+from controlplane.runtime.resources import LEASES
+from tests.unit.activator_helpers import (
+    claims_by,
+    cluster,
+    holder,
+    lease,
+    new_activator,
+    play_controller,
+    running,
+    until,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def targets_claimed(api: object) -> list[str | None]:
+    return [read_activation(c).target for c in claims_by(api, "me")]  # type: ignore[arg-type]
+
+
+async def test_a_busy_resident_past_its_floor_gives_the_turn_and_admission_closes() -> None:
+    """The case today's policy starved: a is busy on this replica when b is asked for. With the
+    floor served, b claims at once (while a is still in flight), every new request for a is held
+    instead of forwarded, and once b has had its turn, a gets the next one."""
+    view, api = cluster(scheduling={"maxWait": "30s", "minResidency": "0s"})
+    activator = new_activator(view, api, activity_window=0.05)
+    in_flight = activator.inflight.track("a")  # a request for a is being served
+    answers: dict[str, str] = {}
+    async with running(activator) as group:
+
+        async def ask(member: str) -> None:
+            answers[member] = await activator.upstream(Route(member, member, "gpu-0"))
+
+        group.start_soon(ask, "b")
+        await until(lambda: holder(api) == "me")
+        assert read_activation(lease(api)).target == "b"
+        assert activator.inflight.count("a") == 1, "the claim did not wait for a to go idle"
+        # admission to a is closed while the intent names b: a new request for a is held
+        assert activator.ready_url("gpu-0", "a") is None
+        group.start_soon(ask, "a")
+        await anyio.sleep(0.2)
+        assert "a" not in answers
+        in_flight()  # a's request finishes: the pool controller may now drain a
+        await play_controller(view, api, activator)
+        await until(lambda: "b" in answers)
+        view.start_draining("b")
+        activator.notifier.notify()
+        await until(lambda: read_activation(lease(api)).target == "a")
+        await play_controller(view, api, activator)
+        await until(lambda: "a" in answers and not activator.swaps)
+    assert targets_claimed(api) == ["b", "a"]
+
+
+async def test_the_floor_holds_the_turn_until_it_ends() -> None:
+    view, api = cluster(scheduling={"maxWait": "30s", "minResidency": "600ms"})
+    activator = new_activator(view, api, activity_window=10)
+    release = activator.inflight.track("a")
+    started = anyio.current_time()
+    async with running(activator) as group:
+        activator.schedule.residency("gpu-0")  # a's residency is seen starting now
+        answers: list[str] = []
+
+        async def ask() -> None:
+            answers.append(await activator.upstream(Route("b", "b", "gpu-0")))
+
+        group.start_soon(ask)
+        await anyio.sleep(0.3)
+        assert api.lease_writes() == [], "b claimed inside a's floor"
+        await until(lambda: holder(api) == "me", timeout=3)
+        assert anyio.current_time() - started >= 0.55
+        await play_controller(view, api, activator)
+        await until(lambda: bool(answers))
+    release()
+
+
+async def test_another_replicas_overdue_demand_goes_first_and_stops_counting_when_it_expires() -> (
+    None
+):
+    """Replica r2 reports a request for c that has waited past maxWait; ours for b is younger:
+    c's turn comes first, so we do not claim for b. When r2's report expires (r2 died), its
+    demand is gone and b claims: a dead replica loses only its own demand."""
+    view, api = cluster(scheduling={"maxWait": "1s", "minResidency": "0s"})
+    report = {"c": ReportedDemand(held=2, waited=5.0)}
+    api.put(LEASES, demand_lease("ns", "gpu-0", "r2", 1, report))
+    activator = new_activator(view, api)
+    async with running(activator) as group:
+        answers: list[str] = []
+
+        async def ask() -> None:
+            answers.append(await activator.upstream(Route("b", "b", "gpu-0")))
+
+        group.start_soon(ask)
+        await anyio.sleep(0.5)
+        assert api.lease_writes() == [], "b claimed while c was overdue on another replica"
+        # r2's report (duration 1 s) is never renewed: within about a second b claims
+        await until(lambda: holder(api) == "me", timeout=4)
+        assert read_activation(lease(api)).target == "b"
+        await play_controller(view, api, activator)
+        await until(lambda: bool(answers))
+
+
+async def test_a_higher_priority_member_goes_first_and_a_lower_one_still_gets_its_turn() -> None:
+    view, api = cluster(
+        scheduling={"maxWait": "30s", "minResidency": "0s"}, priorities={"c": 5, "b": 0}
+    )
+    activator = new_activator(view, api, activity_window=0.05)
+    answers: dict[str, str] = {}
+    async with running(activator) as group:
+
+        async def ask(member: str) -> None:
+            answers[member] = await activator.upstream(Route(member, member, "gpu-0"))
+
+        # b asks first, c a moment later; the Lease is busy with an admin's claim meanwhile, so
+        # both are waiting when the turn is decided
+        api.put(LEASES, new_pool_lease("ns", "gpu-0", "admin", "a", 1))
+        group.start_soon(ask, "b")
+        await anyio.sleep(0.05)
+        group.start_soon(ask, "c")
+        await until(lambda: holder(api) == "me", timeout=4)
+        assert read_activation(lease(api)).target == "c", "priority 5 did not go first"
+        await play_controller(view, api, activator)
+        await until(lambda: "c" in answers)
+        view.start_draining("c")
+        activator.notifier.notify()
+        await until(lambda: read_activation(lease(api)).target == "b")
+        await play_controller(view, api, activator)
+        await until(lambda: "b" in answers and not activator.swaps)
+
+
+async def test_demand_is_reported_on_change_not_per_request_and_emptied_when_answered() -> None:
+    view, api = cluster()
+    activator = new_activator(view, api, activity_window=0.05)
+    reporter = DemandReporter(
+        api, "ns", "me", activator.local, activator.inflight, interval=0.1, duration=3
+    )
+    name = demand_lease_name("gpu-0", "me")
+    async with running(activator) as group:
+        group.start_soon(reporter.start)
+        await anyio.sleep(0.3)
+        assert reporter.writes == 0, "a replica with no demand writes nothing"
+        releases = [activator.local.hold("gpu-0", "b") for _ in range(200)]
+        await until(lambda: reporter.writes >= 1)
+        await anyio.sleep(0.5)
+        written = api.objects[("leases", name)]
+        demand = decode_demand(written["metadata"]["annotations"][DEMAND_ANNOTATION])
+        assert demand["b"].held == 200
+        assert written["spec"]["holderIdentity"] == "me"
+        assert reporter.writes == 1, "an unchanged summary was written again"
+        for release in releases:
+            release()
+        await until(lambda: reporter.writes >= 2)
+        emptied = api.objects[("leases", name)]
+        assert decode_demand(emptied["metadata"]["annotations"][DEMAND_ANNOTATION]) == {}
+        assert emptied["spec"]["holderIdentity"] == ""
+        await anyio.sleep(1.5)
+        assert reporter.writes == 2, "an empty report was renewed"
+        group.cancel_scope.cancel()
+
+
+async def test_a_report_is_renewed_while_its_demand_lasts() -> None:
+    view, api = cluster()
+    activator = new_activator(view, api)
+    reporter = DemandReporter(
+        api, "ns", "me", activator.local, activator.inflight, interval=0.1, duration=1
+    )
+    release = activator.local.hold("gpu-0", "b")
+    async with anyio.create_task_group() as group:
+        group.start_soon(reporter.start)
+        await anyio.sleep(1.2)
+        group.cancel_scope.cancel()
+    release()
+    assert reporter.writes >= 3, "a report with demand was not renewed at a third of its duration"
+    assert reporter.writes <= 6
+
+
+async def test_a_malformed_report_of_another_replica_is_ignored() -> None:
+    view, api = cluster(scheduling={"maxWait": "1s", "minResidency": "0s"})
+    bad = demand_lease("ns", "gpu-0", "r2", 30, {"c": ReportedDemand(held=1, waited=9.0)})
+    bad["metadata"]["annotations"][DEMAND_ANNOTATION] = '{"c": {"held": "lots"}}'
+    api.put(LEASES, bad)
+    activator = new_activator(view, api)
+    async with running(activator) as group:
+        answers: list[str] = []
+
+        async def ask() -> None:
+            answers.append(await activator.upstream(Route("b", "b", "gpu-0")))
+
+        group.start_soon(ask)
+        await until(lambda: holder(api) == "me")
+        assert read_activation(lease(api)).target == "b"
+        await play_controller(view, api, activator)
+        await until(lambda: bool(answers))
