@@ -112,7 +112,7 @@ def test_settings_refuse_a_bound_that_is_not_positive_or_a_negative_floor() -> N
 def test_the_stated_bound() -> None:
     assert wait_bound(S, members=2, drain=4, swap=3) == 37
     assert wait_bound(S, members=3, drain=4, swap=3) == 44
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least one member"):
         wait_bound(S, members=0, drain=1, swap=1)
 
 
