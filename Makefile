@@ -12,7 +12,8 @@ LLAMA_SERVER = $(shell hack/build-llama-server.sh 2>/dev/null | tail -n 1)
 
 .PHONY: help venv controlplane-bins jaeger-bin llama-server test test-unit test-e2e lint demo dev clean bench bench-proxy \
 	bench-kv-swap bench-router-mode manifests check-rbac test-kind image kind-up deploy undeploy kind-down \
-	host-tools kind-tools kind-roots kind-node member-images kind-prereqs ci-prereqs ci-fresh
+	host-tools kind-tools kind-roots kind-node member-images kind-prereqs local-prereqs ci-prereqs \
+	ci-fresh
 
 help:
 	@echo "make demo               run the whole system locally and show it working"
@@ -146,8 +147,11 @@ member-images: image llama-server
 
 kind-prereqs: kind-node member-images
 
-# Every build CI needs; `make -j4 ci-prereqs` runs the independent ones at once (.ci/run does).
-ci-prereqs: venv controlplane-bins jaeger-bin llama-server kind-prereqs
+# What the local tier (make test) needs, and every build CI needs; `make -j4` runs the
+# independent ones at once.
+local-prereqs: venv controlplane-bins jaeger-bin llama-server
+
+ci-prereqs: local-prereqs kind-prereqs
 
 # .ci/run on a clean clone of HEAD with the caches moved aside (hack/ci-fresh.sh says which).
 ci-fresh:

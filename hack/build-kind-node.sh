@@ -60,7 +60,9 @@ make_root() {
   [ -f "$root/.complete" ] && return
   log "making the $what root (debootstrap $SUITE, a few minutes, cached)"
   rm -rf "$root" && mkdir -p "$(dirname "$root")"
-  nice debootstrap --variant=minbase --include="$packages" "$SUITE" "$root" >&2 \
+  # Not niced: a debootstrap waits on the network and dpkg, and niced beside compiles it starved
+  # (23 minutes instead of 4 in a parallel build from empty caches).
+  debootstrap --variant=minbase --include="$packages" "$SUITE" "$root" >&2 \
     || die "debootstrap of the $what root failed (log: $root/debootstrap/debootstrap.log)"
   rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
   touch "$root/.complete"
@@ -186,8 +188,10 @@ build_release() {
 BASE_PACKAGES=systemd,systemd-sysv,dbus,containerd,runc,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,bash,ca-certificates,curl,jq,procps,e2fsprogs
 PROXY_PACKAGES=nftables,iptables,conntrack
 if [ "${1:-}" = "--roots" ]; then
-  make_root "$BASE_ROOT.debian" "kind base" "$BASE_PACKAGES"
-  make_root "$PROXY_ROOT" "kube-proxy" "$PROXY_PACKAGES"
+  make_root "$BASE_ROOT.debian" "kind base" "$BASE_PACKAGES" &
+  base=$!
+  make_root "$PROXY_ROOT" "kube-proxy" "$PROXY_PACKAGES" || die "the kube-proxy root failed"
+  wait "$base" || die "the kind base root failed"
   log "roots ready in $(( $(date +%s) - start )) s"
   exit 0
 fi

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -11,14 +11,25 @@ def pool_body(
     members: Sequence[str],
     default: str | None = None,
     swap_budget: str | None = None,
+    *,
+    scheduling: Mapping[str, str] | None = None,
+    priorities: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """A ModelPool of ``members`` (InferenceServices of its namespace); unset fields are left to
     the API server's schema defaults."""
-    spec: dict[str, Any] = {"members": [{"inferenceServiceRef": {"name": m}} for m in members]}
+    entries: list[dict[str, Any]] = []
+    for member in members:
+        entry: dict[str, Any] = {"inferenceServiceRef": {"name": member}}
+        if priorities and member in priorities:
+            entry["priority"] = priorities[member]
+        entries.append(entry)
+    spec: dict[str, Any] = {"members": entries}
     if default is not None:
         spec["default"] = default
     if swap_budget is not None:
         spec["swapBudget"] = swap_budget
+    if scheduling is not None:
+        spec["scheduling"] = dict(scheduling)
     return {
         "apiVersion": "inference.modelpool.dev/v1alpha1",
         "kind": "ModelPool",

@@ -66,13 +66,21 @@ async def test_kubectl_get_tells_the_story(
     await install(cluster)
     await kubectl(cluster, "apply", "-n", namespace, "-f", str(MANIFESTS / "samples"))
     status = {"status": {"phase": "Swapping", "residentMember": "llama-3-8b",
-                         "pendingMember": "qwen-2-7b"}}  # fmt: skip
+                         "pendingMember": "qwen-2-7b",
+                         "waiting": [{"member": "qwen-2-7b", "requests": 3,
+                                      "since": "2026-12-01T10:00:00Z"}]}}  # fmt: skip
     await admin.patch(ModelPool.resource(), "gpu-0", status, namespace, subresource="status")
 
     _, out, _ = await kubectl(cluster, "get", "mpool", "-n", namespace)
     header, row = out.strip().splitlines()
-    assert header.split() == ["NAME", "POLICY", "RESIDENT", "PENDING", "PHASE", "AGE"]
-    assert row.split()[:5] == ["gpu-0", "sticky", "llama-3-8b", "qwen-2-7b", "Swapping"]
+    assert header.split() == ["NAME", "POLICY", "RESIDENT", "PENDING", "WAITING", "PHASE", "AGE"]
+    assert row.split()[:6] == [
+        "gpu-0", "sticky", "llama-3-8b", "qwen-2-7b", "qwen-2-7b", "Swapping"
+    ]  # fmt: skip
+    _, out, _ = await kubectl(cluster, "get", "mpool", "-n", namespace, "-o", "wide")
+    header, row = out.strip().splitlines()
+    assert header.split()[-2:] == ["MAX-WAIT", "MIN-RESIDENCY"]
+    assert row.split()[-2:] == ["30s", "10s"], "the sample's scheduling defaults are shown"
 
     _, out, _ = await kubectl(cluster, "get", "modelpool-all", "-n", namespace, "-o", "name")
     assert sorted(out.split()) == [

@@ -37,7 +37,7 @@ from controlplane.standin.process import MEMBER_ENV
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.operator_process import LocalProcess, OperatorProcess, start_node, stopped_at_exit
-from tests.e2e.test_router_proxy import start_proxies
+from tests.e2e.proxies import start_proxies
 from tests.e2e.waiting import eventually
 
 ISVC = InferenceService.resource()

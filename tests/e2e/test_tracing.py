@@ -30,7 +30,8 @@ from controlplane.runtime.client import KubeClient
 from tests.e2e.clusters import TestCluster
 from tests.e2e.kubectl import install
 from tests.e2e.operator_process import LocalProcess, start_node, start_operator, stopped_at_exit
-from tests.e2e.test_router_proxy import TIMEOUT, chat, lease_holder, setup_pool, start_proxies
+from tests.e2e.proxies import chat, start_proxies
+from tests.e2e.test_router_proxy import TIMEOUT, lease_holder, setup_pool
 from tests.e2e.waiting import eventually
 
 PROXY_SERVICE = "modelpool-router-proxy"

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controlplane.api.v1alpha1.activation import pool_for_lease, read_activation
+from controlplane.api.v1alpha1.demand import pool_of_demand_lease
 from controlplane.clock import TimeSource
 from controlplane.runtime.informer import DeletedFinalStateUnknown
 from controlplane.runtime.leaserecord import ExpiryObserver, lease_key
@@ -77,7 +78,7 @@ class LeaseObserver:
     # -- informer event handler ------------------------------------------------------------------
 
     def on_add(self, obj: dict[str, Any], initial: bool) -> None:
-        if pool_for_lease(obj) is not None:
+        if pool_for_lease(obj) is not None or pool_of_demand_lease(obj) is not None:
             self.expiry.observe(obj)
 
     def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:

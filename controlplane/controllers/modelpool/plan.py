@@ -61,6 +61,7 @@ from controlplane.api.v1alpha1.modelpool import (
     MemberStatus,
     ModelPool,
     ModelPoolStatus,
+    WaitingDemand,
 )
 from controlplane.controllers.modelpool.intent import Intent, Owner, OwnerReason
 from controlplane.probes.idle import IdleOutcome, IdleReport
@@ -68,6 +69,8 @@ from controlplane.runtime.controller import Result
 
 #: How soon a deferred drain is probed again: the only polling, since ``/slots`` has no watch.
 DEFER_REQUEUE_SECONDS: Final = 1.0
+#: Shown waiting demand is re-read this often (an expired report brings no event).
+WAITING_REQUEUE_SECONDS: Final = 5.0
 #: A valid intent is re-checked this long after it would expire (its expiry has no event).
 EXPIRY_MARGIN_SECONDS: Final = 0.1
 
@@ -187,6 +190,8 @@ class PoolView:
     plan: Plan
     deferral: Deferral | None = None
     now: datetime | None = field(default=None, compare=False)
+    #: Every replica's held demand for members other than the resident (``status.waiting``).
+    waiting: Sequence[WaitingDemand] = ()
 
 
 def _members_phase(members: Mapping[str, MemberState], resident: str | None) -> list[MemberStatus]:
@@ -247,6 +252,7 @@ def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
     status.resident_member = resident
     status.pending_member = pending
     status.members = _members_phase(members, resident)
+    status.waiting = [w for w in view.waiting if w.member != resident]
     status.observed_generation = generation
 
     if plan.missing:
@@ -322,14 +328,20 @@ def deployment_drained(deployment: Mapping[str, Any] | None) -> bool:
     )
 
 
-def requeue_result(deferral: Deferral | None, intent: Intent | None) -> Result:
+def requeue_result(
+    deferral: Deferral | None, intent: Intent | None, waiting: bool = False
+) -> Result:
     """When to look again although no watch event may come: a deferred drain is re-probed after
-    :data:`DEFER_REQUEUE_SECONDS`, a valid intent re-checked just after it would expire."""
+    :data:`DEFER_REQUEUE_SECONDS`, a valid intent re-checked just after it would expire, and
+    shown waiting demand re-read after :data:`WAITING_REQUEUE_SECONDS` (a report of a replica
+    that died expires with no event)."""
     delays = []
     if deferral is not None:
         delays.append(DEFER_REQUEUE_SECONDS)
     if intent is not None:
         delays.append(intent.expires_in + EXPIRY_MARGIN_SECONDS)
+    if waiting:
+        delays.append(WAITING_REQUEUE_SECONDS)
     return Result(requeue_after=min(delays)) if delays else Result()
 
 

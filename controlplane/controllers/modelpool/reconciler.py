@@ -68,12 +68,19 @@ from opentelemetry import trace
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelPoolStatus
 from controlplane.api.v1alpha1.activation import POOL_LABEL, pool_for_lease, pool_lease_name
+from controlplane.api.v1alpha1.demand import (
+    DEMAND_ANNOTATION,
+    MalformedReport,
+    decode_demand,
+    pool_of_demand_lease,
+)
 from controlplane.api.v1alpha1.inferenceservice import RUNTIME_LLAMACPP
 from controlplane.api.v1alpha1.modelpool import (
     DEFAULT_SWAP_BUDGET,
     PHASE_READY,
     PHASE_SWAPPING,
     PHASES,
+    WaitingDemand,
     parse_duration,
 )
 from controlplane.controllers.inferenceservice.desired import ISVC_LABEL
@@ -97,6 +104,7 @@ from controlplane.controllers.modelpool.plan import (
     status_changed,
     transitions,
 )
+from controlplane.controllers.modelpool.waiting import SeenReport, waiting_demand
 from controlplane.probes.idle import IdleOutcome, IdleProbe, IdleReport
 from controlplane.probes.llamacpp import SlotsProbe
 from controlplane.runtime.cache import LABEL_INDEX, NAMESPACE_INDEX, Object
@@ -106,6 +114,7 @@ from controlplane.runtime.endpoints import SERVICE_NAME_LABEL, member_urls
 from controlplane.runtime.errors import Conflict, NotFound
 from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
+from controlplane.runtime.leaserecord import LeaseRecord
 from controlplane.runtime.manager import Manager
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, LEASES, PODS
 from controlplane.runtime.tracing import context_of_traceparent
@@ -293,7 +302,8 @@ class ModelPoolReconciler:
                 self.phases.raised(key, name, time.time_ns())
 
         now = datetime.now(UTC)
-        status = pool_status(pool, PoolView(members, owner, plan, deferral, now))
+        waiting = self.waiting(namespace, request.name, names, pool.status.resident_member)
+        status = pool_status(pool, PoolView(members, owner, plan, deferral, now, waiting))
         if status.phase == PHASE_READY:
             phase = self.phases.owner_ready(key, status.resident_member, time.time_ns())
             self._record_phase(namespace, request.name, phase)
@@ -317,7 +327,28 @@ class ModelPoolReconciler:
             self.recorder.event(obj, "Warning", deferral.reason, "Drain", deferral.message)
         if owner.ignored is not None:
             self.recorder.event(obj, "Warning", "IntentIgnored", "SelectOwner", owner.ignored)
-        return requeue_result(deferral, intent)
+        return requeue_result(deferral, intent, waiting=bool(status.waiting))
+
+    def waiting(
+        self, namespace: str, pool: str, members: Sequence[str], resident: str | None
+    ) -> list[WaitingDemand]:
+        """Every live, well-formed demand report of ``pool``, summed (``status.waiting``)."""
+        reports = []
+        mono_now, wall_now = time.monotonic(), time.time()
+        for lease in self.leases.store.by_index(NAMESPACE_INDEX, namespace):
+            if pool_of_demand_lease(lease) != pool:
+                continue
+            record = LeaseRecord.of(lease)
+            if not record.held or self.observer.expiry.remaining(lease) < 0:
+                continue
+            try:
+                demand = decode_demand(dict(record.annotations).get(DEMAND_ANNOTATION))
+            except MalformedReport as err:
+                log.debug("%s/%s: demand report ignored: %s", namespace, pool, err)
+                continue
+            seen = self.observer.expiry.observe(lease)
+            reports.append(SeenReport(wall_now - (mono_now - seen), demand))
+        return waiting_demand(reports, members, resident)
 
     async def _probe_members(
         self, members: Mapping[str, MemberState], names: Sequence[str]
@@ -486,7 +517,8 @@ def _epoch_seconds(stamp: str | None) -> float | None:
 
 
 def map_lease(obj: Object) -> Iterable[Request]:
-    pool = pool_for_lease(obj)
+    """A pool's intent, or a replica's demand report for it, is the pool's business."""
+    pool = pool_for_lease(obj) or pool_of_demand_lease(obj)
     return (Request(obj["metadata"].get("namespace") or "", pool),) if pool else ()
 
 
