@@ -15,7 +15,11 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-from controlplane.api.v1alpha1.modelpool import DEFAULT_MAX_WAIT, DEFAULT_MIN_RESIDENCY
+from controlplane.api.v1alpha1.modelpool import (
+    DEFAULT_MAX_WAIT,
+    DEFAULT_MIN_RESIDENCY,
+    DEFAULT_SWAP_BUDGET,
+)
 from controlplane.clock import TimeSource
 from controlplane.router.demand import DEFAULT_ACTIVITY_WINDOW_SECONDS, LocalDemand, PoolLeases
 from controlplane.router.inflight import InFlightRequests
@@ -24,6 +28,7 @@ from controlplane.runtime.objects import ObjectView
 from controlplane.scheduling.policy import Residency, Settings, Turn, next_turn
 
 DEFAULT_MAX_WAIT_SECONDS = parse_duration(DEFAULT_MAX_WAIT, 30.0)
+DEFAULT_BUDGET_SECONDS = parse_duration(DEFAULT_SWAP_BUDGET, 300.0)
 DEFAULT_MIN_RESIDENCY_SECONDS = parse_duration(DEFAULT_MIN_RESIDENCY, 10.0)
 
 
@@ -74,8 +79,15 @@ class PoolSchedule:
         return known
 
     def settings(self, pool_name: str) -> Settings:
-        scheduling = ((self.view.pool(pool_name) or {}).get("spec") or {}).get("scheduling") or {}
-        max_wait = parse_duration(scheduling.get("maxWait"), DEFAULT_MAX_WAIT_SECONDS)
+        """``spec.scheduling`` as the policy takes it (docs/modelpool.md): an unset bound is
+        :data:`DEFAULT_MAX_WAIT_SECONDS`, or half the budget when that is shorter; the floor
+        never exceeds the bound."""
+        spec = (self.view.pool(pool_name) or {}).get("spec") or {}
+        scheduling = spec.get("scheduling") or {}
+        budget = parse_duration(spec.get("swapBudget"), DEFAULT_BUDGET_SECONDS)
+        max_wait = parse_duration(
+            scheduling.get("maxWait"), min(DEFAULT_MAX_WAIT_SECONDS, budget / 2)
+        )
         floor = scheduling.get("minResidency")
         min_residency = (
             0.0 if floor in ("0", "0s") else parse_duration(floor, DEFAULT_MIN_RESIDENCY_SECONDS)

@@ -103,7 +103,8 @@ async def test_budget_elapsed_is_503_and_an_unattended_holder_scales_the_target_
 async def test_a_busy_incumbent_inside_its_floor_keeps_the_slot_and_the_answer_is_pool_busy() -> (
     None
 ):
-    view, api = cluster(budget="300ms")  # minResidency 10 s by default: a is inside it
+    # a busy resident inside its 10 s floor; the bound (here 20 s) is far off
+    view, api = cluster(budget="300ms", scheduling={"maxWait": "20s", "minResidency": "10s"})
     activator = new_activator(view, api)
     release = activator.inflight.track("a")
     async with running(activator):

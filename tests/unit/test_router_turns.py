@@ -213,3 +213,20 @@ async def test_a_malformed_report_of_another_replica_is_ignored() -> None:
         assert read_activation(lease(api)).target == "b"
         await play_controller(view, api, activator)
         await until(lambda: bool(answers))
+
+
+@pytest.mark.parametrize(
+    ("budget", "scheduling", "expected"),
+    [
+        ("300s", {}, (30.0, 10.0)),  # the defaults
+        ("25s", {}, (12.5, 10.0)),  # an unset bound is half a short budget
+        ("8s", {}, (4.0, 4.0)),  # and the floor never exceeds the bound
+        ("300s", {"maxWait": "1m", "minResidency": "0s"}, (60.0, 0.0)),
+    ],
+)
+def test_the_settings_the_policy_takes(
+    budget: str, scheduling: dict[str, str], expected: tuple[float, float]
+) -> None:
+    view, api = cluster(budget=budget, scheduling=scheduling)
+    settings = new_activator(view, api).schedule.settings("gpu-0")
+    assert (settings.max_wait, settings.min_residency) == expected

@@ -26,8 +26,10 @@ from controlplane.api.v1alpha1.meta import (
 SWAP_POLICY_STICKY: Final = "sticky"
 SWAP_POLICIES: Final = (SWAP_POLICY_STICKY,)
 DEFAULT_SWAP_BUDGET: Final = "300s"
-#: The starvation bound by default: a held request gets the slot's turn within this (plus the
-#: drain and the swap), well inside the default budget, even while the resident is busy.
+#: The starvation bound when ``spec.scheduling.maxWait`` is unset: a held request gets the slot's
+#: turn within this (plus the drain and the swap), well inside the default budget, even while the
+#: resident is busy; half the ``swapBudget`` when that is shorter (so a pool with a short budget,
+#: which never set a bound, is never refused for one).
 DEFAULT_MAX_WAIT: Final = "30s"
 #: The anti-thrash floor by default: a few of the quick start's swaps (about 3 s each), so two
 #: members with alternating demand spend most of the time serving, not swapping.
@@ -71,7 +73,7 @@ class PoolMember(ApiObject):
         return ref.name if ref is not None else None
 
 
-def _duration(description: str, default: str, *, positive: bool) -> Any:
+def _duration(description: str, default: str | None, *, positive: bool) -> Any:
     bound = "> duration('0s')" if positive else ">= duration('0s')"
     return api_field(
         description,
@@ -107,13 +109,15 @@ class SchedulingSpec(ApiObject):
 
     max_wait: str | None = _duration(
         "The starvation bound: once the oldest request held for a member has waited this long, "
-        "the next turn is its own, even inside the resident's minResidency.",
-        DEFAULT_MAX_WAIT,
+        "the next turn is its own, even inside the resident's minResidency. Unset: 30s, or half "
+        "of swapBudget when that is shorter.",
+        None,
         positive=True,
     )
     min_residency: str | None = _duration(
         "The anti-thrash floor: a member that became resident keeps the slot at least this long "
-        "while it has demand, unless a waiting member reaches maxWait. 0s turns it off.",
+        "while it has demand, unless a waiting member reaches maxWait (never longer than "
+        "maxWait). 0s turns it off.",
         DEFAULT_MIN_RESIDENCY,
         positive=False,
     )
