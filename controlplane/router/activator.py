@@ -59,6 +59,7 @@ a request is dispatched (:meth:`Activator.ready_url`).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -276,9 +277,15 @@ class Activator:
         return str(status.get("residentMember") or "")
 
     def retry_after(self, swap: Swap) -> int:
-        """When ``swap``'s target is likely up, from the swap times measured here."""
+        """When ``swap``'s target is likely up: the swap times measured here, and, while the
+        target waits for its turn, the time until the scheduler gives it (the queue ahead)."""
         elapsed = self.clock() - swap.started_at
-        return self.history.retry_after(swap.pool, swap.member, elapsed, self.budget(swap.pool))
+        budget = self.budget(swap.pool)
+        if not swap.busy:
+            return self.history.retry_after(swap.pool, swap.member, elapsed, budget)
+        # turn_in is at most maxWait (then the member is overdue and goes first)
+        turn_in = self.schedule.turn_in(swap.pool, swap.member)
+        return math.ceil(turn_in) + self.history.retry_after(swap.pool, swap.member, 0.0, budget)
 
     # -- the one public call ---------------------------------------------------------------------
 

@@ -41,7 +41,14 @@ class ProxyError(Exception):
         return {"error": {"message": self.message, "type": self.type, "code": self.code}}
 
     def headers(self) -> dict[str, str]:
-        return {} if self.retry_after is None else {"Retry-After": str(self.retry_after)}
+        """``Retry-After`` in seconds, and ``retry-after-ms`` beside it: openai-python reads the
+        latter first and ignores a ``Retry-After`` above 60 s."""
+        if self.retry_after is None:
+            return {}
+        return {
+            "Retry-After": str(self.retry_after),
+            "retry-after-ms": str(self.retry_after * 1000),
+        }
 
 
 class InvalidRequest(ProxyError):

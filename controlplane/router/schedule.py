@@ -25,7 +25,14 @@ from controlplane.router.demand import DEFAULT_ACTIVITY_WINDOW_SECONDS, LocalDem
 from controlplane.router.inflight import InFlightRequests
 from controlplane.router.routing import parse_duration
 from controlplane.runtime.objects import ObjectView
-from controlplane.scheduling.policy import Residency, Settings, Turn, next_turn
+from controlplane.scheduling.policy import (
+    MemberDemand,
+    Residency,
+    Settings,
+    Turn,
+    best_waiting,
+    next_turn,
+)
 
 DEFAULT_MAX_WAIT_SECONDS = parse_duration(DEFAULT_MAX_WAIT, 30.0)
 DEFAULT_BUDGET_SECONDS = parse_duration(DEFAULT_SWAP_BUDGET, 300.0)
@@ -105,9 +112,9 @@ class PoolSchedule:
                 found[str(name)] = priority if isinstance(priority, int) else 0
         return found
 
-    def turn(self, pool_name: str) -> Turn:
-        """Whose turn the pool's slot is, on every replica's demand (the scheduler's verdict)."""
-        demand = self.leases.pooled(
+    def demand(self, pool_name: str) -> dict[str, MemberDemand]:
+        """Every replica's demand for the pool's members: ours and every live report."""
+        return self.leases.pooled(
             pool_name,
             self.view.pool_leases(pool_name),
             self.local,
@@ -115,4 +122,28 @@ class PoolSchedule:
             self.priorities(pool_name),
             self.activity_window,
         )
-        return next_turn(demand, self.residency(pool_name), self.settings(pool_name), self.clock())
+
+    def turn(self, pool_name: str) -> Turn:
+        """Whose turn the pool's slot is, on every replica's demand (the scheduler's verdict)."""
+        return next_turn(
+            self.demand(pool_name),
+            self.residency(pool_name),
+            self.settings(pool_name),
+            self.clock(),
+        )
+
+    def turn_in(self, pool_name: str, member: str) -> float:
+        """Seconds until ``member`` (waiting) is likely to get the turn: when its oldest held
+        request becomes overdue, or sooner, when the resident's floor ends if it is first in
+        line. An estimate for ``Retry-After``, never a promise."""
+        now = self.clock()
+        settings = self.settings(pool_name)
+        demand = self.demand(pool_name)
+        wanted = demand.get(member)
+        if wanted is None or wanted.oldest is None:
+            return 0.0
+        due = wanted.oldest + settings.max_wait
+        residency = self.residency(pool_name)
+        if best_waiting(demand, residency.member, settings, now) == member:
+            due = min(due, residency.since + settings.min_residency)
+        return max(0.0, due - now)
