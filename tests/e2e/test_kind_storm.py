@@ -66,6 +66,7 @@ from tests.e2e.test_storm import (
     Kill,
     Storm,
     Window,
+    busy_tenants,
     client,
     held_lease,
     isvc_body,
@@ -302,7 +303,7 @@ async def test_swap_storm_in_the_cluster(
         entrance = await create_pools_and_router(admin, cluster, namespace)
         storm.started_at = time.monotonic()
         storm.note(f"{REPLICAS} replicas behind {entrance.url}; {CLIENTS} clients (seed {seed})")
-        async with anyio.create_task_group() as clients:
+        async with busy_tenants(storm, entrance), anyio.create_task_group() as clients:
             for index in range(CLIENTS):
                 clients.start_soon(client, index, storm, entrance)
             try:

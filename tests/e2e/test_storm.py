@@ -13,6 +13,10 @@ activation Role the operator wrote), each with a Lease of :data:`LEASE_SECONDS`
   model (so swaps happen and requests coalesce), mixing plain and streamed completions, clients
   that close mid-stream or mid-hold, and bad requests (no ``messages``, an unknown model, a body
   over ``--max-body-bytes``);
+* two **busy tenants** beside them, the load that starved a pool's other members before its
+  scheduler: clients looping plain completions for x1 and for x2 (:data:`TENANTS`), back to
+  back, through any replica, for as long as the other clients run; their waits per member are
+  printed against the pool's bound, with pool-x's swaps per minute and requests per swap;
 * chaos, in order, while the clients run: one member's ``/slots`` answers 500 for a while (a
   timed switch of the simulator, so it cannot stay broken); the replica holding a pool's Lease
   mid-swap (``spec.holderIdentity``) is SIGKILLed, after its ``/metrics`` is scraped, and replaced
@@ -51,7 +55,10 @@ Assertions, all on what was observed (no timing is asserted):
    the pool's resident (the monitor's settle check, with held Leases as violations). y3 was
    resident at least once: a load longer than three Lease durations did not lose its swap.
 
-The figures (requests, swaps, time to answer p50/p99, outcomes by reason) are printed.
+The figures (requests, swaps, time to answer p50/p99, outcomes by reason, the tenants' waits
+against the bound) are printed. The bound is not asserted here: it holds while the pool is
+healthy, and the storm's chaos is there to make it unhealthy (tests/e2e/test_scheduling.py asserts
+it).
 """
 
 from __future__ import annotations
@@ -82,6 +89,7 @@ from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.errors import KubeError, NotFound
 from controlplane.runtime.resources import ENDPOINT_SLICES, EVENTS, LEASES, ROLE_BINDINGS
+from controlplane.scheduling.policy import Settings, wait_bound
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.invariants import PoolInvariantMonitor, Violation
@@ -155,6 +163,9 @@ KINDS: Final = (
     ("oversized", 4),
 )
 EXPECTED_BAD: Final = {"no-messages": 400, "unknown-model": 404, "oversized": 413}
+#: Busy tenants: one client per member looping requests for it back to back (pool-x).
+TENANTS: Final = ("x1", "x2")
+TENANT_POOL: Final = "pool-x"
 
 
 def model_of(member: str) -> str:
@@ -185,6 +196,8 @@ class Outcome:
     complete: bool = False
     first_byte: float | None = None
     error: str = ""
+    #: Sent by a busy tenant (:data:`TENANTS`), not by one of the storm's clients.
+    tenant: bool = False
 
     @property
     def pool(self) -> str | None:
@@ -233,6 +246,8 @@ class Storm:
     focus: dict[str, str] = field(default_factory=dict)
     sent: int = 0
     chaos_over: bool = False
+    #: The storm's clients have all finished: the tenants stop after their current request.
+    clients_done: bool = False
     oversized: int = 0
     operator_restarts: int = 0
     started_at: float = field(default_factory=time.monotonic)
@@ -525,6 +540,57 @@ async def client(index: int, storm: Storm, fleet: Entrances) -> None:
                 await anyio.sleep(rng.uniform(0.0, 0.5))  # a client that heeds Retry-After
 
 
+async def tenant(index: int, member: str, storm: Storm, fleet: Entrances) -> None:
+    """A busy tenant: plain completions for ``member``, back to back, until the clients are done;
+    after a 503 it waits a moment, as a client honouring ``Retry-After`` at its shortest."""
+    rng = random.Random(storm.rng_seed * 100 + index)
+    async with httpx.AsyncClient(trust_env=False) as http:
+        while not storm.clients_done:
+            proxy = await fleet.pick(rng)
+            outcome = Outcome(index, "chat", member, proxy.name, time.monotonic(), tenant=True)
+            storm.outcomes.append(outcome)
+            await send(http, proxy.url, outcome, 0.0, storm.max_body_bytes)
+            if outcome.status != 200:
+                await anyio.sleep(0.5)
+
+
+@contextlib.asynccontextmanager
+async def busy_tenants(storm: Storm, fleet: Entrances) -> AsyncIterator[None]:
+    """The tenants run while the body does (the storm's clients); then they finish."""
+    async with anyio.create_task_group() as tenants:
+        for offset, member in enumerate(TENANTS):
+            tenants.start_soon(tenant, CLIENTS + offset, member, storm, fleet)
+        try:
+            yield
+        finally:
+            storm.clients_done = True
+
+
+def tenant_figures(storm: Storm, changes: Counter[tuple[str, str, str]]) -> list[str]:
+    """Per tenant member: waits of its answered requests (p50, p99, max) against the bound, its
+    refusals; and the tenants' pool's swaps per minute and requests served per swap."""
+    minutes = max((time.monotonic() - storm.started_at) / 60, 1e-9)
+    swaps = sum(n for (pool, _, _), n in changes.items() if pool == TENANT_POOL)
+    served = [o for o in storm.outcomes if o.pool == TENANT_POOL and o.status == 200]
+    # pool-x: 3 members, swapBudget 25 s, no scheduling set: maxWait 12.5 s, minResidency 10 s
+    bound = wait_bound(Settings(12.5, 10.0), 3, drain=1.0, swap=3.0)
+    lines = [f"busy tenants on {TENANT_POOL} (bound {bound:.1f} s while healthy):"]
+    for member in TENANTS:
+        mine = [o for o in storm.outcomes if o.tenant and o.member == member]
+        waits = [o.ended - o.started for o in mine if o.status == 200]
+        refused = Counter(o.reason() for o in mine if o.status != 200)
+        lines.append(
+            f"  {member}: {len(waits)} answered, wait p50 {quantile(waits, 0.5):.2f} s, "
+            f"p99 {quantile(waits, 0.99):.2f} s, max {max(waits, default=float('nan')):.2f} s; "
+            f"not answered: {dict(sorted(refused.items()))}"
+        )
+    lines.append(
+        f"  {TENANT_POOL}: {swaps} swaps, {swaps / minutes:.1f} per minute, "
+        f"{len(served) / max(swaps, 1):.1f} requests served per swap"
+    )
+    return lines
+
+
 # -- the chaos -----------------------------------------------------------------------------------
 
 
@@ -808,6 +874,7 @@ def figures(
         f"p99 {quantile(rejected, 0.99):.2f} s",
         f"Retry-After on 503s (value: count): {dict(sorted(retry_after.items()))}",
         f"pool events: {dict(sorted(pool_events.items()))}",
+        *tenant_figures(storm, changes),
         "outcomes:",
         *(f"  {count:4d}  {reason}" for reason, count in sorted(reasons.items())),
         "no answer (times from the start):",
@@ -882,7 +949,7 @@ async def test_swap_storm(
         group.start_soon(
             supervise_operator, cluster, admin, tmp_path, started, storm, operator, lease
         )
-        async with anyio.create_task_group() as clients:
+        async with busy_tenants(storm, fleet), anyio.create_task_group() as clients:
             for index in range(CLIENTS):
                 clients.start_soon(client, index, storm, fleet)
             try:
