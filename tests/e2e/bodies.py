@@ -36,3 +36,13 @@ def pool_body(
         "metadata": {"name": name},
         "spec": spec,
     }
+
+
+def router_body(name: str, pool: str, backend: str = "gpu") -> dict[str, Any]:
+    """A ModelRouter with one backend: ``pool``."""
+    return {
+        "apiVersion": "inference.modelpool.dev/v1alpha1",
+        "kind": "ModelRouter",
+        "metadata": {"name": name},
+        "spec": {"backends": [{"name": backend, "poolRef": {"name": pool}}]},
+    }

@@ -38,7 +38,12 @@ from tests.e2e.clusters import (
 from tests.e2e.incluster import rolled_out_operator
 from tests.e2e.invariants import note_test_outcome
 from tests.e2e.kubectl import install
-from tests.e2e.operator_process import OperatorProcess, start_operator, stopped_at_exit
+from tests.e2e.operator_process import (
+    LocalProcess,
+    OperatorProcess,
+    start_operator,
+    stopped_at_exit,
+)
 from tests.e2e.operator_rbac import operator_without_grant_rules
 
 _session_cluster: TestCluster | None = None
@@ -204,3 +209,10 @@ async def operator_pod(cluster: TestCluster) -> str:
     """kind: the operator Deployment installed with the image built here and rolled out; the
     name of its running pod."""
     return await rolled_out_operator(cluster)
+
+
+@pytest.fixture
+def started() -> Iterator[list[LocalProcess]]:
+    """Processes a test starts (operator, node stand-in, proxies), stopped when it ends."""
+    with stopped_at_exit() as processes:
+        yield processes

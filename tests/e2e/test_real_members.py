@@ -17,14 +17,12 @@ is served from the restored slot, as the real ``timings`` show.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import msgspec
-import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.controllers.inferenceservice import ISVC_LABEL
@@ -36,7 +34,7 @@ from controlplane.runtime.resources import ENDPOINT_SLICES, PODS
 from controlplane.standin.process import MEMBER_ENV
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
-from tests.e2e.operator_process import LocalProcess, OperatorProcess, start_node, stopped_at_exit
+from tests.e2e.operator_process import LocalProcess, OperatorProcess, start_node
 from tests.e2e.proxies import start_proxies
 from tests.e2e.waiting import eventually
 
@@ -49,12 +47,6 @@ TIMEOUT = 90.0
 CONTEXT = 8192
 DIRECT_STREAM_TOKENS = 6000
 Object = dict[str, Any]
-
-
-@pytest.fixture
-def started() -> Iterator[list[LocalProcess]]:
-    with stopped_at_exit() as processes:
-        yield processes
 
 
 def isvc_body(name: str, model: Path, replicas: int, *, kv_cache: bool = False) -> Object:

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
-import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.api.v1alpha1.activation import pool_lease_name
@@ -25,14 +23,13 @@ from controlplane.local.system import RouterProxyProcess
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import LEASES
-from tests.e2e.bodies import pool_body
+from tests.e2e.bodies import pool_body, router_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.operator_process import (
     LocalProcess,
     OperatorProcess,
     metric_sum,
     start_node,
-    stopped_at_exit,
 )
 from tests.e2e.proxies import chat, isvc_body, start_proxies
 from tests.e2e.waiting import eventually
@@ -45,12 +42,6 @@ PROXY_ACCOUNT = "e2e-router-proxy"
 Object = dict[str, Any]
 
 
-@pytest.fixture
-def started() -> Iterator[list[LocalProcess]]:
-    with stopped_at_exit() as processes:
-        yield processes
-
-
 async def setup_pool(
     admin: KubeClient, namespace: str, budget: str, b_load_seconds: float | None = None
 ) -> None:
@@ -58,13 +49,7 @@ async def setup_pool(
     await admin.create(ISVC, isvc_body("a", 1), namespace)
     await admin.create(ISVC, isvc_body("b", 0, b_load_seconds), namespace)
     await admin.create(POOL, pool_body("gpu-0", ("a", "b"), "a", budget), namespace)
-    router = {
-        "apiVersion": "inference.modelpool.dev/v1alpha1",
-        "kind": "ModelRouter",
-        "metadata": {"name": "router"},
-        "spec": {"backends": [{"name": "gpu", "poolRef": {"name": "gpu-0"}}]},
-    }
-    await admin.create(ROUTER, router, namespace)
+    await admin.create(ROUTER, router_body("router", "gpu-0"), namespace)
 
     async def resident_a() -> bool:
         status = (await admin.get(POOL, "gpu-0", namespace)).get("status") or {}

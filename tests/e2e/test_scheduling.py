@@ -15,26 +15,24 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
 import httpx
-import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.local.system import RouterProxyProcess
 from controlplane.runtime.client import KubeClient
 from controlplane.scheduling.policy import Settings, wait_bound
-from tests.e2e.bodies import pool_body
+from tests.e2e.bodies import pool_body, router_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.operator_process import (
     LocalProcess,
     OperatorProcess,
     metric_sum,
     start_node,
-    stopped_at_exit,
 )
 from tests.e2e.proxies import chat, isvc_body, start_proxies
 from tests.e2e.waiting import eventually
@@ -47,12 +45,6 @@ TIMEOUT = 60.0
 SWAP_ALLOWANCE = 8.0
 #: Tokens per tenant request at the stand-in's token time: each request lasts about 0.2 s.
 TENANT_TOKENS = 8
-
-
-@pytest.fixture
-def started() -> Iterator[list[LocalProcess]]:
-    with stopped_at_exit() as processes:
-        yield processes
 
 
 @dataclass
@@ -114,13 +106,7 @@ async def setup_pool(
         "gpu-0", members, members[0], "120s", scheduling=scheduling, priorities=priorities
     )
     await admin.create(POOL, body, namespace)
-    router = {
-        "apiVersion": "inference.modelpool.dev/v1alpha1",
-        "kind": "ModelRouter",
-        "metadata": {"name": "router"},
-        "spec": {"backends": [{"name": "gpu", "poolRef": {"name": "gpu-0"}}]},
-    }
-    await admin.create(ROUTER, router, namespace)
+    await admin.create(ROUTER, router_body("router", "gpu-0"), namespace)
 
     async def settled() -> bool:
         status = (await admin.get(POOL, "gpu-0", namespace)).get("status") or {}

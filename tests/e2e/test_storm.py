@@ -70,7 +70,7 @@ import random
 import signal
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -100,7 +100,6 @@ from tests.e2e.operator_process import (
     service_account_token,
     start_node,
     start_operator,
-    stopped_at_exit,
 )
 from tests.e2e.waiting import eventually
 
@@ -890,12 +889,6 @@ def figures(
 
 
 # -- the test ------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def started() -> Iterator[list[LocalProcess]]:
-    with stopped_at_exit() as processes:
-        yield processes
 
 
 @contextlib.asynccontextmanager

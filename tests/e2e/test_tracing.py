@@ -17,7 +17,6 @@ the operator has decided so), never durations against a clock.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from controlplane.envtest.jaeger import JaegerBackend, WaterfallRow, render_wate
 from controlplane.runtime.client import KubeClient
 from tests.e2e.clusters import TestCluster
 from tests.e2e.kubectl import install
-from tests.e2e.operator_process import LocalProcess, start_node, start_operator, stopped_at_exit
+from tests.e2e.operator_process import LocalProcess, start_node, start_operator
 from tests.e2e.proxies import chat, start_proxies
 from tests.e2e.test_router_proxy import TIMEOUT, lease_holder, setup_pool
 from tests.e2e.waiting import eventually
@@ -48,12 +47,6 @@ EXPECTED = {
         "owner up",
     },
 }
-
-
-@pytest.fixture
-def started() -> Iterator[list[LocalProcess]]:
-    with stopped_at_exit() as processes:
-        yield processes
 
 
 def _by_name(rows: list[WaterfallRow]) -> dict[tuple[str, str], list[WaterfallRow]]:
