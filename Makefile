@@ -11,7 +11,7 @@ JAEGER = $(shell hack/build-jaeger.sh 2>/dev/null | tail -n 1)
 LLAMA_SERVER = $(shell hack/build-llama-server.sh 2>/dev/null | tail -n 1)
 
 .PHONY: help venv controlplane-bins jaeger-bin llama-server test test-unit test-e2e lint demo dev clean bench bench-proxy \
-	bench-kv-swap bench-router-mode manifests check-rbac test-kind image kind-up deploy undeploy kind-down \
+	bench-kv-swap bench-router-mode bench-fairness manifests check-rbac test-kind image kind-up deploy undeploy kind-down \
 	host-tools kind-tools kind-roots kind-node member-images kind-prereqs local-prereqs ci-prereqs \
 	ci-fresh
 
@@ -33,9 +33,10 @@ help:
 	@echo "make bench-proxy        data path: proxy vs direct vs nginx, held requests, swaps"
 	@echo "make bench-kv-swap      KV cache across a swap with real members: prompt tokens, save/restore"
 	@echo "make bench-router-mode  switch time: llama.cpp's router mode vs our pool, real members"
+	@echo "make bench-fairness     who gets the slot when: our scheduler vs before it vs llama-swap"
 	@echo "make image              build the project image with no registry (starts Docker if needed)"
 	@echo "make kind-prereqs       everything the kind tier needs: kind's programs, node and member images"
-	@echo "make ci-prereqs         every build CI needs, in parallel (make -j4 ci-prereqs)"
+	@echo "make ci-prereqs         every build CI needs, in parallel (make -j6 ci-prereqs)"
 	@echo "make ci-fresh           .ci/run on a clean clone with every cache moved aside (a fresh machine)"
 	@echo "make kind-up            a one-node kind cluster from a node image built here (cached)"
 	@echo "make deploy             kind-up, image built and loaded, operator applied and ready"
@@ -123,6 +124,11 @@ bench-router-mode: venv controlplane-bins llama-server
 	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/python -m bench.router_mode_bench --server "$(LLAMA_SERVER)" \
 		$(BENCH_ARGS)
 
+# Fixed arrival traces against our pool, the pool before its scheduler and llama-swap (bench/README.md,
+# "Fairness"); BENCH_ARGS adds options (--systems, --seconds).
+bench-fairness: venv controlplane-bins
+	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/python -m bench.fairness_bench $(BENCH_ARGS)
+
 # The cluster tier (docs/kind.md): every image and the kind node are built here, no registry.
 # The Docker engine and debootstrap are installed once, before the builds that use them run in
 # parallel (two apt-get runs at once would fight over dpkg's lock).
@@ -147,7 +153,7 @@ member-images: image llama-server
 
 kind-prereqs: kind-node member-images
 
-# What the local tier (make test) needs, and every build CI needs; `make -j4` runs the
+# What the local tier (make test) needs, and every build CI needs; `make -j6` runs the
 # independent ones at once.
 local-prereqs: venv controlplane-bins jaeger-bin llama-server
 
