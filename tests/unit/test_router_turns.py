@@ -230,3 +230,33 @@ def test_the_settings_the_policy_takes(
     view, api = cluster(budget=budget, scheduling=scheduling)
     settings = new_activator(view, api).schedule.settings("gpu-0")
     assert (settings.max_wait, settings.min_residency) == expected
+
+
+async def test_a_second_target_waits_for_this_replicas_turn_without_calling_the_api() -> None:
+    """b holds the Lease; c (priority 10) is then the policy's pick. c's swap must wait for b's
+    swap to end on this replica (one driver per pool here as across replicas), without asking
+    the Lease API every claim interval meanwhile."""
+    view, api = cluster(scheduling={"maxWait": "30s", "minResidency": "0s"}, priorities={"c": 10})
+    activator = new_activator(view, api, activity_window=0.05)
+    answers: dict[str, str] = {}
+    async with running(activator) as group:
+
+        async def ask(member: str) -> None:
+            answers[member] = await activator.upstream(Route(member, member, "gpu-0"))
+
+        group.start_soon(ask, "b")
+        await until(lambda: holder(api) == "me")
+        group.start_soon(ask, "c")
+        await anyio.sleep(0.1)
+        calls = api.calls
+        await anyio.sleep(1.0)
+        assert api.calls == calls, f"{api.calls - calls} API calls while b's swap held the turn"
+        assert targets_claimed(api) == ["b"]
+        await play_controller(view, api, activator)
+        await until(lambda: "b" in answers)
+        view.start_draining("b")
+        activator.notifier.notify()
+        await until(lambda: read_activation(lease(api)).target == "c")
+        await play_controller(view, api, activator)
+        await until(lambda: "c" in answers and not activator.swaps)
+    assert targets_claimed(api) == ["b", "c"]
