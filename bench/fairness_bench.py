@@ -12,8 +12,9 @@ Three systems answer the same traces, one after another, in one run:
   each of its models with the same load time, slots and token time.
 
 The traces (:data:`TRACES`, seeded, 45 s each) are the issue's: steady load on one member with
-sparse requests for another; two members alternating with gaps; steady load on one member and
-two others asking at once, one of them with a higher priority. Every request's wait (sent to
+sparse requests for another, from two clients and from four (the load that starves a member behind
+a resident that never falls idle); two members alternating with gaps; steady load on one member
+and two others asking at once, one of them with a higher priority. Every request's wait (sent to
 answered) is recorded; the figures per system and trace are the max and p99 wait, the requests
 refused or not answered, the swaps (changes of the answering model in completion order: what a
 client sees), the requests served per swap, and the seconds the slot served nobody between two
@@ -91,6 +92,13 @@ TRACES: Final = (
         (
             Client("a2", "loop"),
             Client("a2", "loop"),
+            Client("b2", "at", times=(5.0, 15.0, 25.0, 35.0)),
+        ),
+    ),
+    Trace(
+        "4 x steady a2 + sparse b2",
+        (
+            *(Client("a2", "loop") for _ in range(4)),
             Client("b2", "at", times=(5.0, 15.0, 25.0, 35.0)),
         ),
     ),
@@ -221,7 +229,9 @@ def judge(system: str, trace: Trace, answers: list[Answer]) -> Row:
 # -- the systems ---------------------------------------------------------------------------------
 
 
-def pool_objects() -> list[dict[str, Any]]:
+def pool_objects(*, scheduler: bool = True) -> list[dict[str, Any]]:
+    """The namespace, the members, both pools and the router; without ``scheduler`` the pools
+    carry no ``priority`` (the API before the scheduler refuses the unknown field)."""
     group = "inference.modelpool.dev/v1alpha1"
     objects: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
@@ -243,7 +253,7 @@ def pool_objects() -> list[dict[str, Any]]:
         entries: list[dict[str, Any]] = []
         for member in members:
             entry: dict[str, Any] = {"inferenceServiceRef": {"name": member}}
-            if member in priorities:
+            if scheduler and member in priorities:
                 entry["priority"] = priorities[member]
             entries.append(entry)
         objects.append(
@@ -305,11 +315,12 @@ finally:
 
 
 @contextlib.contextmanager
-def pool_system(tree: Path) -> Iterator[str]:
+def pool_system(tree: Path, *, scheduler: bool = True) -> Iterator[str]:
     """The local system of ``tree`` with :func:`pool_objects`; yields the router's address."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    objects = pool_objects(scheduler=scheduler)
     runner = subprocess.Popen(
-        [sys.executable, "-c", RUNNER, json.dumps(pool_objects())],
+        [sys.executable, "-c", RUNNER, json.dumps(objects)],
         cwd=tree,
         env=env,
         stdin=subprocess.PIPE,
@@ -429,6 +440,7 @@ def run_system(name: str, url: str, traces: tuple[Trace, ...]) -> list[Row]:
         print(f"{name}: {trace.name} ({trace.seconds:.0f} s)", flush=True)
         answers = anyio.run(replay, url, trace)
         rows.append(judge(name, trace, answers))
+        print(table(rows[-1:]).splitlines()[-1], flush=True)
         time.sleep(3)  # let the slot settle between traces
     return rows
 
@@ -461,7 +473,10 @@ def main() -> None:
             with pool_system(REPO) as url:
                 rows += run_system(system, url, traces)
         elif system == "before":
-            with baseline_tree(args.baseline_rev) as tree, pool_system(tree) as url:
+            with (
+                baseline_tree(args.baseline_rev) as tree,
+                pool_system(tree, scheduler=False) as url,
+            ):
                 rows += run_system(system, url, traces)
         elif system == "llama-swap":
             with llama_swap() as url:

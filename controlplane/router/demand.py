@@ -304,7 +304,7 @@ class DemandReporter:
                 await self._write_attempts(pool, name, report, now, current)
         except (KubeError, TimeoutError) as err:
             self._objects.pop(pool, None)
-            log.warning("pool %s: writing the demand report failed: %s", pool, err)
+            log.warning("pool %s: writing the demand report failed: %r", pool, err)
 
     async def _write_attempts(
         self,
