@@ -1,5 +1,10 @@
 """The ModelPool reconciler: one exclusive GPU slot shared by a pool's members (docs/modelpool.md).
 
+*Why one module of this size:* it is the I/O around pure parts that live elsewhere (the owner in
+``intent.py``, the plan and the status in ``plan.py``, the grant in ``grant.py``, the waiting
+demand in ``waiting.py``, the swap's phases in ``phases.py``); what is left, reading the caches,
+probing, writing and recording, shares one reconcile's state.
+
 Each reconcile reads everything from the caches and acts in three steps:
 
 1. **Owner.** :func:`~.intent.choose_owner` picks the member the slot belongs to: the target of
