@@ -24,27 +24,24 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
 from controlplane.api.v1alpha1.activation import pool_for_lease, read_activation
 from controlplane.api.v1alpha1.demand import (
-    DEMAND_ANNOTATION,
-    MalformedReport,
+    LiveReport,
     ReportedDemand,
-    decode_demand,
     demand_lease,
     demand_lease_name,
-    pool_of_demand_lease,
+    live_reports,
 )
 from controlplane.clock import TimeSource
 from controlplane.router.inflight import InFlightRequests
 from controlplane.router.lease import ObjectApi
 from controlplane.runtime.errors import AlreadyExists, Conflict, KubeError, NotFound
 from controlplane.runtime.informer import DeletedFinalStateUnknown
-from controlplane.runtime.leaserecord import ExpiryObserver, LeaseRecord, lease_key
+from controlplane.runtime.leaserecord import ExpiryObserver, lease_key
 from controlplane.runtime.resources import LEASES
 from controlplane.scheduling.policy import MemberDemand
 
@@ -99,17 +96,10 @@ class LocalDemand:
         return {pool for pool, _ in self._held} | set(self.pool_of.values())
 
 
-@dataclass(frozen=True, slots=True)
-class Report:
-    """Another replica's live report: its demand, and when we saw it (our clock)."""
-
-    holder: str
-    seen_at: float
-    demand: dict[str, ReportedDemand]
-
-
 class PoolLeases:
-    """The namespace's pool Leases as this replica sees them, expiry judged on our clock.
+    """The namespace's pool Leases as this replica sees them, expiry judged on our clock (the
+    router may not import the pool controller's ``LeaseObserver``; both read reports through
+    :func:`~controlplane.api.v1alpha1.demand.live_reports`).
 
     Subscribed to the pool-Lease informer, so the moment a record is seen to change is the moment
     the watch delivered it."""
@@ -117,7 +107,6 @@ class PoolLeases:
     def __init__(self, identity: str, clock: TimeSource = time.monotonic) -> None:
         self.identity = identity
         self.expiry = ExpiryObserver(clock)
-        self.clock = clock
         self._malformed: dict[str, str] = {}
 
     # -- informer event handler ------------------------------------------------------------------
@@ -137,32 +126,21 @@ class PoolLeases:
     def intent_target(self, pool: str, leases: Iterable[Mapping[str, Any]]) -> str | None:
         """The member a live intent on ``pool``'s Lease asks for, or None."""
         for lease in leases:
-            if pool_for_lease(lease) != pool:
-                continue
-            activation = read_activation(lease)
-            if activation.requested and self.expiry.remaining(lease) >= 0:
-                return activation.target
+            if pool_for_lease(lease) == pool:
+                activation = read_activation(lease)
+                live = activation.requested and self.expiry.remaining(lease) >= 0
+                return activation.target if live else None
         return None
 
-    def reports(self, pool: str, leases: Iterable[Mapping[str, Any]]) -> list[Report]:
+    def reports(self, pool: str, leases: Iterable[Mapping[str, Any]]) -> list[LiveReport]:
         """The live, well-formed demand reports of ``pool`` by replicas other than us."""
-        found: list[Report] = []
-        for lease in leases:
-            if pool_of_demand_lease(lease) != pool:
-                continue
-            record = LeaseRecord.of(lease)
-            if not record.held or record.holder == self.identity:
-                continue
-            if self.expiry.remaining(lease) < 0:
-                continue
-            text = dict(record.annotations).get(DEMAND_ANNOTATION)
-            try:
-                demand = decode_demand(text)
-            except MalformedReport as err:
-                self._note_malformed(lease_key(lease), str(err))
-                continue
-            found.append(Report(record.holder, self.expiry.observe(lease), demand))
-        return found
+        return live_reports(
+            leases,
+            pool,
+            self.expiry,
+            skip_holder=self.identity,
+            on_malformed=self._note_malformed,
+        )
 
     def _note_malformed(self, key: str, why: str) -> None:
         if self._malformed.get(key) != why:

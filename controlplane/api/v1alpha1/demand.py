@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from controlplane.api.v1alpha1.activation import POOL_LABEL
+from controlplane.runtime.leaserecord import ExpiryObserver, LeaseRecord, lease_key
 from controlplane.runtime.objects import Object
 from controlplane.runtime.timeutil import micro_time
 
@@ -149,3 +150,40 @@ def demand_lease(
     spec.setdefault("acquireTime", now)
     return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", **base,
             "metadata": metadata, "spec": spec}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class LiveReport:
+    """One replica's live report: who, when the reader saw its record (the reader's clock), and
+    its demand."""
+
+    holder: str
+    seen_at: float
+    demand: dict[str, ReportedDemand]
+
+
+def live_reports(
+    leases: Iterable[Mapping[str, Any]],
+    pool: str,
+    expiry: ExpiryObserver,
+    *,
+    skip_holder: str = "",
+    on_malformed: Callable[[str, str], None] = lambda key, why: None,
+) -> list[LiveReport]:
+    """The held, unexpired (judged by ``expiry``, the reader's clock), well-formed demand reports
+    of ``pool`` among ``leases``; a malformed one is passed to ``on_malformed(key, why)`` and
+    left out. Both readers (every proxy replica and the pool controller) call this one."""
+    found: list[LiveReport] = []
+    for lease in leases:
+        if pool_of_demand_lease(lease) != pool:
+            continue
+        record = LeaseRecord.of(lease)
+        if not record.held or record.holder == skip_holder or expiry.remaining(lease) < 0:
+            continue
+        try:
+            demand = decode_demand(dict(record.annotations).get(DEMAND_ANNOTATION))
+        except MalformedReport as err:
+            on_malformed(lease_key(lease), str(err))
+            continue
+        found.append(LiveReport(record.holder, expiry.observe(lease), demand))
+    return found

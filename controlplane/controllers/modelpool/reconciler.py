@@ -73,12 +73,7 @@ from opentelemetry import trace
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelPoolStatus
 from controlplane.api.v1alpha1.activation import POOL_LABEL, pool_for_lease, pool_lease_name
-from controlplane.api.v1alpha1.demand import (
-    DEMAND_ANNOTATION,
-    MalformedReport,
-    decode_demand,
-    pool_of_demand_lease,
-)
+from controlplane.api.v1alpha1.demand import live_reports, pool_of_demand_lease
 from controlplane.api.v1alpha1.inferenceservice import RUNTIME_LLAMACPP
 from controlplane.api.v1alpha1.modelpool import (
     DEFAULT_SWAP_BUDGET,
@@ -119,7 +114,6 @@ from controlplane.runtime.endpoints import SERVICE_NAME_LABEL, member_urls
 from controlplane.runtime.errors import Conflict, NotFound
 from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
-from controlplane.runtime.leaserecord import LeaseRecord
 from controlplane.runtime.manager import Manager
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, LEASES, PODS
 from controlplane.runtime.tracing import context_of_traceparent
@@ -338,21 +332,14 @@ class ModelPoolReconciler:
         self, namespace: str, pool: str, members: Sequence[str], resident: str | None
     ) -> list[WaitingDemand]:
         """Every live, well-formed demand report of ``pool``, summed (``status.waiting``)."""
-        reports = []
         mono_now, wall_now = time.monotonic(), time.time()
-        for lease in self.leases.store.by_index(NAMESPACE_INDEX, namespace):
-            if pool_of_demand_lease(lease) != pool:
-                continue
-            record = LeaseRecord.of(lease)
-            if not record.held or self.observer.expiry.remaining(lease) < 0:
-                continue
-            try:
-                demand = decode_demand(dict(record.annotations).get(DEMAND_ANNOTATION))
-            except MalformedReport as err:
-                log.debug("%s/%s: demand report ignored: %s", namespace, pool, err)
-                continue
-            seen = self.observer.expiry.observe(lease)
-            reports.append(SeenReport(wall_now - (mono_now - seen), demand))
+        live = live_reports(
+            self.leases.store.by_index(NAMESPACE_INDEX, namespace),
+            pool,
+            self.observer.expiry,
+            on_malformed=lambda key, why: log.debug("demand report %s ignored: %s", key, why),
+        )
+        reports = [SeenReport(wall_now - (mono_now - r.seen_at), r.demand) for r in live]
         return waiting_demand(reports, members, resident)
 
     async def _probe_members(
