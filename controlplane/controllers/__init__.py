@@ -6,9 +6,7 @@
 * :mod:`~controlplane.controllers.children`: what the controllers share about the children they
   write (server-side apply bodies, the spec hash, ownership, a Deployment's conditions);
 * :mod:`~controlplane.controllers.rbac`: every permission the operator and the proxies need, the
-  single source the RBAC manifests are rendered from and checked against;
-* :mod:`~controlplane.controllers.memberwrites`: the member-write conflict metric, shared by the
-  pool controller and the router-proxy's activator.
+  single source the RBAC manifests are rendered from and checked against.
 
 Reconcilers take a client, their informers and an event recorder; the ``setup_*`` functions wire
 them from a manager.

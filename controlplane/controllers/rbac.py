@@ -19,7 +19,8 @@ STATUS = ("get", "update", "patch")
 
 #: InferenceService controller: owns a Deployment and a Service per InferenceService.
 INFERENCE_SERVICE_RULES = (
-    PolicyRule((GROUP,), ("inferenceservices",), (*READ, "update", "patch")),
+    # Read, never written: its decisions go to its status and its children.
+    PolicyRule((GROUP,), ("inferenceservices",), READ),
     PolicyRule((GROUP,), ("inferenceservices/status",), STATUS),
     PolicyRule((GROUP,), ("inferenceservices/finalizers",), ("update",)),
     PolicyRule(("apps",), ("deployments",), (*READ, *WRITE)),
@@ -34,11 +35,12 @@ INFERENCE_SERVICE_RULES = (
     PolicyRule((GROUP,), ("modelpools",), READ),
 )
 
-#: ModelPool controller: scales members, watches their pods and the pool's Lease, probes /slots.
+#: ModelPool controller: decides in its status (the grant), watches its members, their pods and
+#: the pool's Lease, probes /slots. Members are read, never written: their user owns them.
 MODEL_POOL_RULES = (
     PolicyRule((GROUP,), ("modelpools",), READ),
     PolicyRule((GROUP,), ("modelpools/status",), STATUS),
-    PolicyRule((GROUP,), ("inferenceservices",), (*READ, "update", "patch")),
+    PolicyRule((GROUP,), ("inferenceservices",), READ),
     PolicyRule(("apps",), ("deployments",), READ),
     PolicyRule(("",), ("pods",), READ),
     PolicyRule(("discovery.k8s.io",), ("endpointslices",), READ),
@@ -48,7 +50,8 @@ MODEL_POOL_RULES = (
 #: Rules of the per-router activation Role the ModelRouter controller creates at run time. The
 #: operator's ClusterRole must hold every one of them, or the API server refuses the Role.
 ACTIVATION_ROLE_RULES = (
-    PolicyRule((GROUP,), ("inferenceservices",), (*READ, "update", "patch")),
+    # Members are read, never written: a proxy asks for a member through the pool's Lease only.
+    PolicyRule((GROUP,), ("inferenceservices",), READ),
     PolicyRule(("coordination.k8s.io",), ("leases",), (*READ, *WRITE)),
     PolicyRule((GROUP,), ("modelpools",), READ),
 )

@@ -36,8 +36,9 @@ holding an intent that nobody renews.
 :mod:`controlplane.router.retryafter`), a swap that holds the Lease keeps going until that
 ``Retry-After`` plus a grace has passed, so a retrying client joins it and a member that loads
 more slowly than ``swapBudget`` can still become resident. Only when nobody came back is it
-abandoned: the holder scales its target back down (an optimistic write; a 409 is a
-``MemberWriteConflict``, counted, and the write is re-decided from a fresh read) and releases.
+abandoned: the holder releases the Lease, and the pool controller, whose owner falls back to the
+resident, drains the target through the idle gate. The activator never writes a member: the
+pool's decisions are the pool's (docs/modelpool.md, "grant").
 
 **Spans** (docs/router.md, "Tracing"): each held request is a ``hold`` span; the request that
 starts a swap is the parent of its ``swap`` span (the driver), under which the ``lease.claim``,
@@ -67,7 +68,6 @@ from typing import Protocol
 import anyio
 from opentelemetry import trace
 
-from controlplane.api.v1alpha1 import InferenceService
 from controlplane.api.v1alpha1.inferenceservice import PHASE_FAILED, PHASE_READY
 from controlplane.api.v1alpha1.modelpool import DEFAULT_SWAP_BUDGET
 from controlplane.clock import TimeSource
@@ -83,25 +83,21 @@ from controlplane.router.errors import (
     ProxyStopping,
 )
 from controlplane.router.inflight import InFlightRequests
-from controlplane.router.lease import LeaseCoordinator, ObjectApi, ReleaseFailed, Renewal
+from controlplane.router.lease import LeaseCoordinator, ReleaseFailed, Renewal
 from controlplane.router.retryafter import LINGER_GRACE_SECONDS, SwapHistory
 from controlplane.router.routing import Route, parse_duration
 from controlplane.router.schedule import PoolSchedule
-from controlplane.runtime.errors import Conflict, KubeError, NotFound
 from controlplane.runtime.objects import ObjectView
 from controlplane.runtime.tracing import traceparent_of
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("controlplane.router.activator")
 
-ISVC = InferenceService.resource()
 DEFAULT_BUDGET_SECONDS = parse_duration(DEFAULT_SWAP_BUDGET, 300.0)
 #: Backstop wake-up of waiting loops (progress is driven by cache events).
 POLL_SECONDS = 1.0
 #: A claim that found the Lease held by another, or failed, is retried no sooner than this.
 CLAIM_RETRY_SECONDS = 0.25
-#: Attempts to scale an abandoned target down through write conflicts.
-SCALE_DOWN_ATTEMPTS = 5
 #: Pause between attempts to release a claim the API did not confirm.
 RELEASE_RETRY_SECONDS = 0.5
 #: How long a stopping replica keeps trying to release (its pod has a grace period to honour;
@@ -121,10 +117,6 @@ class ClusterView(Protocol):
     def pool_leases(self, pool: str) -> list[ObjectView]:
         """The Leases labelled with ``pool``: its intent and every replica's demand report."""
         ...
-
-
-class MemberWriteConflict(Exception):
-    """A member write was refused with 409: someone wrote it since we read it."""
 
 
 class Notifier:
@@ -186,7 +178,6 @@ class Activator:
         self,
         view: ClusterView,
         coordinator: LeaseCoordinator,
-        client: ObjectApi,
         namespace: str,
         *,
         inflight: InFlightRequests | None = None,
@@ -200,7 +191,6 @@ class Activator:
     ) -> None:
         self.view = view
         self.coordinator = coordinator
-        self.client = client
         self.namespace = namespace
         self.notifier = notifier or Notifier()
         self.inflight = inflight or InFlightRequests(self.notifier.notify, clock)
@@ -528,12 +518,9 @@ class Activator:
                 metrics.SWAP_DURATION.labels(pool).observe(self.clock() - swap.claimed_at)
                 log.info("pool %s: swap %s -> %s done", pool, swap.origin or "-", member)
         elif swap.holding and swap.outcome in ("failed", "abandoned"):
-            log.warning("pool %s: swap to %s %s; scaling it down", pool, member, swap.outcome)
-            await self.scale_down(pool, member)
+            log.warning("pool %s: swap to %s %s; releasing the intent", pool, member, swap.outcome)
         if swap.holding or swap.maybe_held:
-            was_ours = await self._release(swap)
-            if was_ours and not swap.holding and swap.outcome in ("failed", "abandoned"):
-                await self.scale_down(pool, member)  # an unconfirmed claim that had landed
+            await self._release(swap)
         swap.span.set_attribute("modelpool.outcome", swap.outcome)
         swap.span.set_attribute("modelpool.swap.from", swap.origin)
         if swap.outcome not in ("ready", "pending"):
@@ -559,34 +546,3 @@ class Activator:
                     log.warning("pool %s: gave up releasing; it expires by itself", swap.pool)
                     return False
                 await anyio.sleep(RELEASE_RETRY_SECONDS)
-
-    async def scale_down(self, pool: str, member: str) -> None:
-        """Set the member's ``spec.replicas`` to 0 with its resourceVersion.
-
-        A 409 is a :class:`MemberWriteConflict`: counted, logged, and the write re-decided from a
-        fresh read (it may already be at 0), never forced.
-        """
-        for _ in range(SCALE_DOWN_ATTEMPTS):
-            try:
-                await self._write_replicas_zero(member)
-                return
-            except MemberWriteConflict as conflict:
-                metrics.MEMBER_WRITE_CONFLICTS.labels(pool, member).inc()
-                log.warning("MemberWriteConflict: pool %s: %s; re-reading", pool, conflict)
-            except NotFound:
-                return
-            except KubeError as err:
-                log.warning("could not scale %s down: %s", member, err)
-                return
-
-    async def _write_replicas_zero(self, member: str) -> None:
-        isvc = dict(await self.client.get(ISVC, member, self.namespace))
-        spec = dict(isvc.get("spec") or {})
-        if spec.get("replicas") == 0:
-            return
-        isvc["spec"] = {**spec, "replicas": 0}
-        try:
-            await self.client.update(ISVC, isvc)  # carries the resourceVersion just read
-        except Conflict as err:
-            raise MemberWriteConflict(f"{member} changed since it was read") from err
-        log.info("scaled %s down after an abandoned or failed swap", member)

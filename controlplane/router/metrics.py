@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from controlplane.controllers import memberwrites
 from controlplane.runtime.metrics import REGISTRY
 
 SWAPS_TOTAL = Counter(
@@ -44,5 +43,3 @@ PROXY_REQUESTS = Counter(
     ("model", "code", "reason"),
     registry=REGISTRY,
 )
-#: Shared with the pool controller: one definition of the family (see its module).
-MEMBER_WRITE_CONFLICTS = memberwrites.MEMBER_WRITE_CONFLICTS

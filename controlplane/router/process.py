@@ -227,7 +227,6 @@ def build_router_proxy(
     activator = Activator(
         view,
         coordinator,
-        manager.client,
         ns,
         notifier=notifier,
         local=local,

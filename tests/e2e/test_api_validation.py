@@ -261,3 +261,24 @@ async def test_status_is_validated_and_written_only_through_its_subresource(
         await admin.patch(pools, "gpu-0", {"status": {"conditions": [condition]}}, namespace,
                           subresource="status")  # fmt: skip
     assert "status.conditions[0].reason:" in refused.value.message
+
+
+@pytest.mark.usefixtures("crds")
+async def test_a_pool_status_with_two_grants_is_refused(admin: KubeClient, namespace: str) -> None:
+    """The schema holds "one member granted" (docs/modelpool.md, "The grant") for every writer
+    of a pool's status, not only the pool controller."""
+    pools = RESOURCES["ModelPool"]
+    created = await admin.create(pools, copy.deepcopy(BASES["ModelPool"]), namespace)
+    both = {**created, "status": {"members": [{"name": "a", "slot": "Granted"},
+                                              {"name": "b", "slot": "Granted"}]}}  # fmt: skip
+    with pytest.raises(Invalid) as refused:
+        await admin.update_status(pools, both)
+    assert "at most one member may hold the slot's grant" in refused.value.message
+    one = {**created, "status": {"members": [{"name": "a", "slot": "Granted"},
+                                             {"name": "b", "slot": "Released"}]}}  # fmt: skip
+    written = await admin.update_status(pools, one)
+    assert written["status"]["members"] == one["status"]["members"]
+    bogus = {**written, "status": {"members": [{"name": "a", "slot": "Maybe"}]}}
+    with pytest.raises(Invalid) as unknown:
+        await admin.update_status(pools, bogus)
+    assert "status.members[0].slot" in unknown.value.message

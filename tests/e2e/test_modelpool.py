@@ -3,7 +3,11 @@
 The operator runs as a separate process under its own ServiceAccount; the node stand-in gives
 member Deployments pods backed by simulator processes (1.5 s model load, 50 ms per token). The
 tests play the activator: they write the pool's Lease (``modelpool-<pool>``, holder plus the
-``inference.modelpool.dev/target`` annotation) and never scale a member up themselves.
+``inference.modelpool.dev/target`` annotation) and never write a member. The pool's decision is
+read where it lives, in the pool's own status (``status.members[].slot``: ``Granted`` or
+``Released``), and what runs from each member's Deployment (``spec.replicas``); a member's own
+``spec.replicas`` is the user's, ignored while a pool lists it, and no test expects the operator to
+write it.
 
 Orderings are proven from resourceVersions (one etcd orders every write), never from clocks;
 waits have generous deadlines and nothing is asserted on timing.
@@ -33,7 +37,7 @@ from controlplane.controllers.modelpool import CONTROLLER_NAME
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.errors import NotFound
-from controlplane.runtime.resources import ENDPOINT_SLICES, EVENTS, LEASES, PODS
+from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, EVENTS, LEASES, PODS
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.operator_process import (
@@ -133,9 +137,30 @@ def deferred(reason: str, *words: str) -> Callable[[Object], bool]:
     return check
 
 
-async def replicas(admin: KubeClient, namespace: str, name: str) -> int | None:
-    found = (await admin.get(ISVC, name, namespace))["spec"].get("replicas")
+def slots(pool: Object) -> dict[str, str | None]:
+    """The pool's decision about each member, by name: ``status.members[].slot`` (``Granted``,
+    ``Released``, or None: not decided)."""
+    members: list[Object] = (pool.get("status") or {}).get("members") or []
+    return {m["name"]: m.get("slot") for m in members}
+
+
+async def pool_slots(admin: KubeClient, namespace: str, pool: str = "gpu") -> dict[str, str | None]:
+    return slots(await admin.get(POOL, pool, namespace))
+
+
+async def deployment_replicas(admin: KubeClient, namespace: str, name: str) -> int | None:
+    """What the member is given to run: its Deployment's ``spec.replicas``."""
+    found = (await admin.get(DEPLOYMENTS, name, namespace))["spec"].get("replicas")
     return None if found is None else int(found)
+
+
+def as_written(isvc: Object) -> Object:
+    """What a write of the InferenceService itself (not of its status) would change: its spec
+    and metadata, less ``resourceVersion`` and ``managedFields``, which its status writes move."""
+    meta = {
+        k: v for k, v in isvc["metadata"].items() if k not in ("resourceVersion", "managedFields")
+    }
+    return {"metadata": meta, "spec": isvc["spec"]}
 
 
 async def isvc_phase(admin: KubeClient, namespace: str, name: str, phase: str) -> Object:
@@ -214,7 +239,8 @@ async def stream_in_flight(url: str, model: str) -> AsyncIterator[None]:
 async def recorded(
     admin: KubeClient, namespace: str
 ) -> AsyncIterator[list[tuple[str, str, Object]]]:
-    """Every pod and InferenceService event in ``namespace`` while the block runs, in order."""
+    """Every pod, InferenceService, ModelPool and Deployment event in ``namespace`` while the block
+    runs, each kind in its watch's order (kinds ``pod``, ``isvc``, ``pool``, ``deployment``)."""
     events: list[tuple[str, str, Object]] = []
 
     async def record(resource: Any, kind: str, version: str) -> None:
@@ -224,7 +250,8 @@ async def recorded(
                     events.append((kind, event.type, event.object))
 
     async with anyio.create_task_group() as group:
-        for resource, kind in ((PODS, "pod"), (ISVC, "isvc")):
+        kinds = ((PODS, "pod"), (ISVC, "isvc"), (POOL, "pool"), (DEPLOYMENTS, "deployment"))
+        for resource, kind in kinds:
             version = (await admin.list(resource, namespace)).resource_version
             group.start_soon(record, resource, kind, version)
         yield events
@@ -248,7 +275,8 @@ def isvc_phases(events: list[tuple[str, str, Object]], name: str) -> list[str]:
 
 
 async def warm_pool(admin: KubeClient, namespace: str, pool: str = "gpu") -> None:
-    """Members a and b at replicas 0, a pool with default a, waited until a is resident."""
+    """Members a and b at ``replicas: 0`` (the user's; the pool decides), a pool with default a,
+    waited until a is resident."""
     for name in ("a", "b"):
         await admin.create(ISVC, isvc_body(name), namespace)
     await admin.create(POOL, pool_body(pool, ["a", "b"], "a"), namespace)
@@ -285,23 +313,27 @@ def touch_pool(admin: KubeClient, namespace: str, pool: str) -> Callable[[], Any
 async def test_a_cold_pool_warms_its_default(
     admin: KubeClient, namespace: str, operator: OperatorProcess, node: NodeStandInProcess
 ) -> None:
-    created_b = await admin.create(ISVC, isvc_body("b"), namespace)
-    await admin.create(ISVC, isvc_body("a"), namespace)
+    """Both members ask for ``replicas: 0``; the pool, not that field, decides: a runs."""
+    created = {name: await admin.create(ISVC, isvc_body(name), namespace) for name in ("b", "a")}
     await admin.create(POOL, pool_body("gpu", ["a", "b"], "a"), namespace)
 
     pool = await wait_pool(admin, namespace, "gpu", settled("a"), "a to be resident")
     status = pool["status"]
     assert status["members"] == [
-        {"name": "a", "phase": "Ready", "resident": True},
-        {"name": "b", "phase": "Stopped", "resident": False},
+        {"name": "a", "phase": "Ready", "resident": True, "slot": "Granted"},
+        {"name": "b", "phase": "Stopped", "resident": False, "slot": "Released"},
     ]
     assert (condition(pool, "SlotAllocated")["status"], condition(pool, "MembersValid")["status"],
             condition(pool, "SwapDeferred")["status"]) == ("True", "True", "False")  # fmt: skip
-    assert await replicas(admin, namespace, "a") == 1
-    await isvc_phase(admin, namespace, "a", "Ready")
+    assert await deployment_replicas(admin, namespace, "a") == 1
+    assert await deployment_replicas(admin, namespace, "b") == 0
+    a = await isvc_phase(admin, namespace, "a", "Ready")
     b = await admin.get(ISVC, "b", namespace)
-    assert b["spec"]["replicas"] == 0
-    assert b["metadata"]["generation"] == created_b["metadata"]["generation"], "b was written"
+    # desiredReplicas is what the Deployment is given (the pool's decision), not spec.replicas.
+    assert (a["status"]["desiredReplicas"], b["status"]["desiredReplicas"]) == (1, 0)
+    for member in (a, b):
+        name = member["metadata"]["name"]
+        assert as_written(member) == as_written(created[name]), f"{name} was written"
     assert await chat(await ready_url(admin, namespace, "a"), "a") == "a"
 
 
@@ -311,6 +343,7 @@ async def test_a_swap_waits_for_idle_slots_then_for_the_pods_to_be_gone(
     await warm_pool(admin, namespace)
     url_a = await ready_url(admin, namespace, "a")
     (pod_a,) = (await admin.list(PODS, namespace, label_selector=f"{ISVC_LABEL}=a")).items
+    before = {name: await admin.get(ISVC, name, namespace) for name in ("a", "b")}
 
     async with recorded(admin, namespace) as events:
         async with stream_in_flight(url_a, "a"):
@@ -320,17 +353,23 @@ async def test_a_swap_waits_for_idle_slots_then_for_the_pods_to_be_gone(
             )
             assert (pool["status"]["phase"], pool["status"]["residentMember"],
                     pool["status"]["pendingMember"]) == ("Swapping", "a", "b")  # fmt: skip
-            assert await replicas(admin, namespace, "a") == 1, "a was drained while busy"
-            assert await replicas(admin, namespace, "b") == 0
+            assert slots(pool) == {"a": "Granted", "b": "Released"}, "a was released while busy"
+            assert await deployment_replicas(admin, namespace, "a") == 1
+            assert await deployment_replicas(admin, namespace, "b") == 0
         # The stream is closed: its slot is idle, the drain proceeds.
         pool = await wait_pool(admin, namespace, "gpu", settled("b"), "b to be resident")
 
     assert condition(pool, "SwapDeferred")["status"] == "False"
     assert [m["name"] for m in pool["status"]["members"] if m["resident"]] == ["b"]
-    a_down = [o for k, t, o in events if k == "isvc" and o["metadata"]["name"] == "a"
-              and o["spec"].get("replicas") == 0]  # fmt: skip
-    b_up = [o for k, t, o in events if k == "isvc" and o["metadata"]["name"] == "b"
-            and o["spec"].get("replicas") == 1]  # fmt: skip
+    assert slots(pool) == {"a": "Released", "b": "Granted"}
+
+    def of(kind: str, name: str) -> list[Object]:
+        return [o for k, _, o in events if k == kind and o["metadata"]["name"] == name]
+
+    a_released = [o for o in of("pool", "gpu") if slots(o).get("a") == "Released"]
+    b_granted = [o for o in of("pool", "gpu") if slots(o).get("b") == "Granted"]
+    a_down = [o for o in of("deployment", "a") if o["spec"].get("replicas") == 0]
+    b_up = [o for o in of("deployment", "b") if o["spec"].get("replicas") == 1]
     pod_a_events = [(t, o) for k, t, o in events
                     if k == "pod" and o["metadata"]["uid"] == pod_a["metadata"]["uid"]]  # fmt: skip
     terminating = [
@@ -338,30 +377,38 @@ async def test_a_swap_waits_for_idle_slots_then_for_the_pods_to_be_gone(
     ]
     deleted = [o for t, o in pod_a_events if t == "DELETED"]
     seen = [(k, t, o["metadata"]["name"]) for k, t, o in events]
+    assert a_released, seen
+    assert b_granted, seen
     assert a_down, seen
     assert b_up, seen
     assert deleted, seen
     assert terminating, "a's pod was never seen Terminating"
-    # One etcd orders every write: a scaled to 0, then its pod Terminating, then gone, and only
-    # then b scaled up.
-    assert rv(a_down[0]) < rv(terminating[0]) < rv(deleted[0]) < rv(b_up[0])
-    assert await replicas(admin, namespace, "a") == 0
+    # One etcd orders every write: the pool released a in its status, then a's Deployment went to
+    # 0, then a's pod was Terminating, then gone; only then did the pool grant b, and only then
+    # was b's Deployment raised.
+    assert (rv(a_released[0]) < rv(a_down[0]) < rv(terminating[0]) < rv(deleted[0])
+            < rv(b_granted[0]) < rv(b_up[0]))  # fmt: skip
+    assert await deployment_replicas(admin, namespace, "a") == 0
     # What `kubectl get isvc -w` showed, in the watch's order: the drained member Draining until
-    # its process is gone, the chosen member Starting from the moment its pool chose it (still
-    # at replicas 0, waiting for the slot) until it serves; neither passes through Creating.
+    # its process is gone, the chosen member Starting from the moment its pool chose it (its
+    # Deployment still given 0, waiting for the slot) until it serves; neither passes through
+    # Creating.
     a_phases, b_phases = isvc_phases(events, "a"), isvc_phases(events, "b")
     assert a_phases[-2:] == ["Draining", "Stopped"], a_phases
     assert "Creating" not in a_phases, a_phases
     assert b_phases[b_phases.index("Starting") :] == ["Starting", "Ready"], b_phases
-    waiting = [o for k, _, o in events if k == "isvc" and o["metadata"]["name"] == "b"
-               and (o.get("status") or {}).get("phase") == "Starting"
-               and o["spec"].get("replicas") == 0]  # fmt: skip
+    waiting = [o for o in of("isvc", "b") if (o.get("status") or {}).get("phase") == "Starting"
+               and o["status"].get("desiredReplicas") == 0]  # fmt: skip
     assert waiting, "b was never Starting while its pool waited for the slot"
+    assert rv(waiting[0]) < rv(b_granted[0])
     (ready_b,) = [c for c in waiting[0]["status"]["conditions"] if c["type"] == "Ready"]
     assert ready_b["reason"] == "WaitingForSlot", ready_b
-    draining = [o for k, _, o in events if k == "isvc" and o["metadata"]["name"] == "a"
-                and (o.get("status") or {}).get("phase") == "Draining"]  # fmt: skip
-    assert rv(a_down[0]) < rv(draining[0]) < rv(b_up[0])
+    draining = [o for o in of("isvc", "a") if (o.get("status") or {}).get("phase") == "Draining"]
+    assert rv(a_released[0]) < rv(draining[0]) < rv(b_granted[0])
+    # Nobody wrote a member through the whole swap: every change seen was its status.
+    for _, _, obj in (e for e in events if e[0] == "isvc"):
+        name = obj["metadata"]["name"]
+        assert as_written(obj) == as_written(before[name]), f"{name} was written"
     await isvc_phase(admin, namespace, "b", "Ready")
     assert await chat(await ready_url(admin, namespace, "b"), "b") == "b"
 
@@ -378,24 +425,29 @@ async def test_a_broken_idle_check_defers_the_swap_until_it_answers(
 ) -> None:
     await warm_pool(admin, namespace)
     url_a = await ready_url(admin, namespace, "a")
-    generation_a = (await admin.get(ISVC, "a", namespace))["metadata"]["generation"]
+    generation_a = (await admin.get(DEPLOYMENTS, "a", namespace))["metadata"]["generation"]
 
     await set_slots_mode(url_a, "error500")
     await take_lease(admin, namespace, "gpu", target="b")
     await wait_pool(admin, namespace, "gpu", deferred("IdleCheckFailed", "a at", "500"), "a 500")
     await set_slots_mode(url_a, "malformed")
-    await wait_pool(
+    pool = await wait_pool(
         admin, namespace, "gpu", deferred("IdleCheckFailed", "a at", "not an array"), "malformed"
     )
-    a = await admin.get(ISVC, "a", namespace)
-    assert (a["spec"]["replicas"], a["metadata"]["generation"]) == (1, generation_a), (
-        "a was scaled while its idle check failed"
-    )
-    assert await replicas(admin, namespace, "b") == 0
+    assert slots(pool) == {"a": "Granted", "b": "Released"}, "a released while its check failed"
+    deployment_a = await admin.get(DEPLOYMENTS, "a", namespace)
+    assert (deployment_a["spec"]["replicas"], deployment_a["metadata"]["generation"]) == (
+        1,
+        generation_a,
+    ), "a's Deployment was scaled while its idle check failed"
+    assert await deployment_replicas(admin, namespace, "b") == 0
 
     await set_slots_mode(url_a, "normal")
-    await wait_pool(admin, namespace, "gpu", settled("b"), "b to be resident once /slots answers")
-    assert await replicas(admin, namespace, "a") == 0
+    pool = await wait_pool(
+        admin, namespace, "gpu", settled("b"), "b to be resident once /slots answers"
+    )
+    assert slots(pool) == {"a": "Released", "b": "Granted"}
+    assert await deployment_replicas(admin, namespace, "a") == 0
 
 
 async def test_pools_swap_while_the_operator_may_no_longer_grant_proxies_leases(
@@ -418,20 +470,23 @@ async def test_a_withdrawn_intent_returns_the_pool_to_its_resident(
     admin: KubeClient, namespace: str, operator: OperatorProcess, node: NodeStandInProcess
 ) -> None:
     await warm_pool(admin, namespace)
+    created_b = await admin.get(ISVC, "b", namespace)
     await take_lease(admin, namespace, "gpu", target="b")
 
-    async def b_scaled_up() -> bool:
-        return await replicas(admin, namespace, "b") == 1
+    async def b_brought_up() -> bool:
+        granted = (await pool_slots(admin, namespace)).get("b") == "Granted"
+        return granted and await deployment_replicas(admin, namespace, "b") == 1
 
-    await eventually(b_scaled_up, timeout=TIMEOUT, what="the controller to bring b up")
-    # The activator gives up (a failed or timed-out swap) and releases the Lease. Unlike a real
-    # activator it does not scale b down itself: the controller must stop wanting b on its own.
+    await eventually(b_brought_up, timeout=TIMEOUT, what="the controller to bring b up")
+    # The activator gives up (a failed or timed-out swap) and releases the Lease, which is all a
+    # real activator does too: the controller must release b on its own.
     await release_lease(admin, namespace, "gpu")
 
     pool = await wait_pool(admin, namespace, "gpu", settled("a"), "the pool to return to a")
-    assert await replicas(admin, namespace, "b") == 0
-    assert await replicas(admin, namespace, "a") == 1
-    b = await isvc_phase(admin, namespace, "b", "Stopped")
+    assert slots(pool) == {"a": "Granted", "b": "Released"}
+    assert await deployment_replicas(admin, namespace, "b") == 0
+    assert await deployment_replicas(admin, namespace, "a") == 1
+    await isvc_phase(admin, namespace, "b", "Stopped")
     await isvc_phase(admin, namespace, "a", "Ready")
     assert condition(pool, "SlotAllocated")["status"] == "True"
 
@@ -442,15 +497,19 @@ async def test_a_withdrawn_intent_returns_the_pool_to_its_resident(
     await eventually(abandoned, timeout=TIMEOUT, what="a SwapAbandoned event on the pool")
 
     # And it stays that way: one more reconcile leaves b alone.
+    deployment_b = await admin.get(DEPLOYMENTS, "b", namespace)
     await reconciled_after(operator, touch_pool(admin, namespace, "gpu"))
-    after = await admin.get(ISVC, "b", namespace)
+    assert await pool_slots(admin, namespace) == {"a": "Granted", "b": "Released"}
+    after = await admin.get(DEPLOYMENTS, "b", namespace)
     assert (after["spec"]["replicas"], after["metadata"]["generation"]) == (
         0,
-        b["metadata"]["generation"],
+        deployment_b["metadata"]["generation"],
     )
+    b = await admin.get(ISVC, "b", namespace)
+    assert as_written(b) == as_written(created_b), "b was written"
 
 
-async def test_a_missing_member_degrades_the_pool_and_changes_no_replicas(
+async def test_a_missing_member_degrades_the_pool_and_decides_nothing(
     admin: KubeClient, namespace: str, operator: OperatorProcess, node: NodeStandInProcess
 ) -> None:
     x = await admin.create(ISVC, isvc_body("x", replicas=0), namespace)
@@ -466,14 +525,22 @@ async def test_a_missing_member_degrades_the_pool_and_changes_no_replicas(
     assert (valid["status"], valid["reason"]) == ("False", "MembersNotFound")
     assert "ghost" in valid["message"]
     assert {"name": "ghost", "phase": "NotFound", "resident": False} in pool["status"]["members"]
+    assert slots(pool) == {"x": None, "y": None, "ghost": None}, "a Degraded pool decided"
     await reconciled_after(operator, touch_pool(admin, namespace, "gpu"))
+    assert await pool_slots(admin, namespace) == {"x": None, "y": None, "ghost": None}
     for before in (x, y):
         now = await admin.get(ISVC, before["metadata"]["name"], namespace)
-        assert now["metadata"]["generation"] == before["metadata"]["generation"]
-        assert now["spec"].get("replicas") == before["spec"].get("replicas")
+        assert as_written(now) == as_written(before)
+    # Undecided, each keeps what its Deployment runs: y, running before the pool listed it, is
+    # not killed unprobed; x is not raised.
+    assert await deployment_replicas(admin, namespace, "x") == 0
+    assert await deployment_replicas(admin, namespace, "y") == 1
+    assert (await admin.get(ISVC, "y", namespace))["status"]["phase"] == "Ready"
 
     # The same pool once the member exists: now the controller does act (y drained, x warmed).
     await admin.create(ISVC, isvc_body("ghost"), namespace)
     pool = await wait_pool(admin, namespace, "gpu", settled("x"), "x to be resident")
     assert condition(pool, "MembersValid")["status"] == "True"
-    assert await replicas(admin, namespace, "y") == 0
+    assert slots(pool) == {"x": "Granted", "y": "Released", "ghost": "Released"}
+    assert await deployment_replicas(admin, namespace, "y") == 0
+    assert await deployment_replicas(admin, namespace, "x") == 1

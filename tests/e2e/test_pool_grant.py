@@ -1,6 +1,8 @@
 """A pool member runs only once its pool grants it the slot, against a real API server.
 
-The contract: docs/modelpool.md ("The grant").
+The contract: docs/modelpool.md ("The grant"). The pool's decision lives in its own status
+(``status.members[].slot``); a member's own ``spec.replicas`` is ignored while a pool lists it, and
+no member is ever written by the operator.
 
 The operator runs under its own ServiceAccount; the node stand-in gives Deployments pods backed by
 simulator processes. The stand-in starts a pod's simulator after the pod is created and deletes
@@ -20,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
 from controlplane.controllers.inferenceservice import ISVC_LABEL
-from controlplane.controllers.modelpool.grant import GRANTED_BY_ANNOTATION
 from controlplane.runtime.client import KubeClient
-from controlplane.runtime.resources import DEPLOYMENTS, PODS, Resource
+from controlplane.runtime.errors import Invalid
+from controlplane.runtime.resources import DEPLOYMENTS, EVENTS, PODS, Resource
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.operator_process import (
@@ -36,7 +39,18 @@ from tests.e2e.operator_process import (
     start_node,
     stopped_at_exit,
 )
-from tests.e2e.test_modelpool import isvc_body, isvc_phase, settled, wait_pool
+from tests.e2e.test_modelpool import (
+    TIMEOUT,
+    as_written,
+    deployment_replicas,
+    isvc_body,
+    isvc_phase,
+    pool_slots,
+    settled,
+    slots,
+    wait_pool,
+)
+from tests.e2e.waiting import eventually
 
 ISVC = InferenceService.resource()
 POOL = ModelPool.resource()
@@ -91,17 +105,29 @@ def overlaps(events: list[Event]) -> list[tuple[int, set[str]]]:
     return found
 
 
+async def pool_events(admin: KubeClient, namespace: str, pool: str) -> list[Object]:
+    """The Events (events.k8s.io) regarding ``pool``."""
+    found = await admin.list(EVENTS, namespace)
+    return [e for e in found.items if e["regarding"]["name"] == pool]
+
+
 async def test_a_pool_applied_with_its_members_starts_only_its_choice(
     admin: KubeClient, namespace: str, operator: OperatorProcess, node: NodeStandInProcess
 ) -> None:
     """The README quick start: both members leave ``replicas`` unset (= 1) and are created at once
-    with their pool, members first; only the pool's default may ever have a pod."""
+    with their pool, members first; only the pool's default may ever have a pod, nobody writes a
+    member, and the happy path warns of nothing."""
+    created: dict[str, Object] = {}
+
+    async def create_member(name: str) -> None:
+        created[name] = await admin.create(ISVC, isvc_body(name, replicas=None), namespace)
+
     async with watched(admin, namespace) as events:
         async with anyio.create_task_group() as group:
-            group.start_soon(admin.create, ISVC, isvc_body("a", replicas=None), namespace)
-            group.start_soon(admin.create, ISVC, isvc_body("b", replicas=None), namespace)
+            group.start_soon(create_member, "a")
+            group.start_soon(create_member, "b")
             group.start_soon(admin.create, POOL, pool_body("gpu", ["a", "b"], "a"), namespace)
-        await wait_pool(admin, namespace, "gpu", settled("a"), "a to be resident")
+        pool = await wait_pool(admin, namespace, "gpu", settled("a"), "a to be resident")
         b = await isvc_phase(admin, namespace, "b", "Stopped")
 
     seen = [(k, t, o["metadata"]["name"]) for k, t, o in events]
@@ -110,17 +136,99 @@ async def test_a_pool_applied_with_its_members_starts_only_its_choice(
     raised_b = [o for k, _, o in events if k == "deployment" and o["metadata"]["name"] == "b"
                 and (o["spec"].get("replicas") or 0) > 0]  # fmt: skip
     assert raised_b == [], "b's Deployment was raised without a grant"
+    assert slots(pool) == {"a": "Granted", "b": "Released"}
+    assert await deployment_replicas(admin, namespace, "a") == 1
+    assert await deployment_replicas(admin, namespace, "b") == 0
+    # b asks to run (replicas unset, and it stays so: nobody writes it); its pool decided 0.
+    (ready_b,) = [c for c in b["status"]["conditions"] if c["type"] == "Ready"]
+    assert (b["status"]["pool"], b["status"]["desiredReplicas"], ready_b["reason"]) == (
+        "gpu",
+        0,
+        "NotGranted",
+    )
     a = await admin.get(ISVC, "a", namespace)
-    assert (a["metadata"].get("annotations") or {}).get(GRANTED_BY_ANNOTATION) == "gpu"
-    assert GRANTED_BY_ANNOTATION not in (b["metadata"].get("annotations") or {})
-    # b asked to run (replicas unset) until the pool wrote its decision: 0, no grant
-    assert (b["spec"]["replicas"], b["status"]["pool"]) == (0, "gpu")
+    for member in (a, b):
+        name = member["metadata"]["name"]
+        assert "replicas" not in member["spec"], f"{name}'s spec.replicas was written"
+        assert as_written(member) == as_written(created[name]), f"{name} was written"
+
+    # Events are sent in order: once the pool's SwapCompleted is in, any warning before it is too.
+    async def completed() -> list[Object] | None:
+        found = await pool_events(admin, namespace, "gpu")
+        return found if any(e["reason"] == "SwapCompleted" for e in found) else None
+
+    found = await eventually(completed, timeout=TIMEOUT, what="the pool's SwapCompleted event")
+    warnings = [(e["reason"], e.get("note")) for e in found if e["type"] == "Warning"]
+    assert warnings == [], warnings
+    async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
+        metrics = (await http.get(operator.metrics_url)).text
+    assert "member_write_conflicts" not in metrics
+
+
+async def test_a_members_own_replicas_move_nothing_its_pool_decided(
+    admin: KubeClient, namespace: str, operator: OperatorProcess, node: NodeStandInProcess
+) -> None:
+    """A member's manifest re-applied (``kubectl apply``, Helm, Argo CD) with other replicas: the
+    resident asking for 0 keeps running, the parked member asking for 1 stays down."""
+    for name in ("a", "b"):
+        await admin.create(ISVC, isvc_body(name, replicas=None), namespace)
+    await admin.create(POOL, pool_body("gpu", ["a", "b"], "a"), namespace)
+    await wait_pool(admin, namespace, "gpu", settled("a"), "a to be resident")
+    await isvc_phase(admin, namespace, "b", "Stopped")
+    deployments = {n: await admin.get(DEPLOYMENTS, n, namespace) for n in ("a", "b")}
+
+    async with watched(admin, namespace) as events:
+        wrote = {
+            "a": await admin.patch(ISVC, "a", {"spec": {"replicas": 0}}, namespace),
+            "b": await admin.patch(ISVC, "b", {"spec": {"replicas": 1}}, namespace),
+        }
+
+        async def observed() -> bool:
+            for name, obj in wrote.items():
+                status = (await admin.get(ISVC, name, namespace)).get("status") or {}
+                if status.get("observedGeneration") != obj["metadata"]["generation"]:
+                    return False
+            return True
+
+        await eventually(observed, timeout=TIMEOUT, what="both new generations observed")
+
+    pods = [(t, o["metadata"]["name"]) for k, t, o in events if k == "pod"
+            and (t != "MODIFIED" or o["metadata"].get("deletionTimestamp"))]  # fmt: skip
+    assert pods == [], "a pod was started or stopped"
+    resized = [(o["metadata"]["name"], o["spec"].get("replicas")) for k, _, o in events
+               if k == "deployment" and o["spec"].get("replicas")
+               != deployments[o["metadata"]["name"]]["spec"].get("replicas")]  # fmt: skip
+    assert resized == [], "a Deployment was resized"
+    assert await pool_slots(admin, namespace) == {"a": "Granted", "b": "Released"}
+    for name, before in deployments.items():
+        now = await admin.get(DEPLOYMENTS, name, namespace)
+        assert now["metadata"]["generation"] == before["metadata"]["generation"], name
+    a = await admin.get(ISVC, "a", namespace)
+    b = await admin.get(ISVC, "b", namespace)
+    assert (a["status"]["phase"], a["status"]["desiredReplicas"]) == ("Ready", 1)
+    assert (b["status"]["phase"], b["status"]["desiredReplicas"]) == ("Stopped", 0)
+
+
+async def test_the_schema_refuses_two_members_holding_the_grant(
+    admin: KubeClient, namespace: str
+) -> None:
+    await admin.create(POOL, pool_body("gpu", ["a", "b"], "a"), namespace)
+    both = {"status": {"members": [{"name": "a", "slot": "Granted"},
+                                   {"name": "b", "slot": "Granted"}]}}  # fmt: skip
+    with pytest.raises(Invalid) as refused:
+        await admin.patch(POOL, "gpu", both, namespace, subresource="status")
+    assert "at most one member may hold the slot's grant" in str(refused.value)
+    one = {"status": {"members": [{"name": "a", "slot": "Granted"},
+                                  {"name": "b", "slot": "Released"}]}}  # fmt: skip
+    await admin.patch(POOL, "gpu", one, namespace, subresource="status")
 
 
 async def test_an_inference_service_outside_any_pool_starts_on_its_own(
     admin: KubeClient, namespace: str, operator: OperatorProcess, node: NodeStandInProcess
 ) -> None:
-    await admin.create(ISVC, isvc_body("solo", replicas=None), namespace)
+    created = await admin.create(ISVC, isvc_body("solo", replicas=None), namespace)
     solo = await isvc_phase(admin, namespace, "solo", "Ready")
     assert "pool" not in solo["status"]
-    assert GRANTED_BY_ANNOTATION not in (solo["metadata"].get("annotations") or {})
+    assert solo["status"]["desiredReplicas"] == 1
+    assert await deployment_replicas(admin, namespace, "solo") == 1
+    assert as_written(solo) == as_written(created), "solo was written"

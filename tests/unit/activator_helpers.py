@@ -12,12 +12,13 @@ from typing import Any
 
 import anyio
 
+from controlplane.api.v1alpha1 import InferenceService
 from controlplane.api.v1alpha1.activation import pool_lease_name, read_activation
-from controlplane.router.activator import ISVC, Activator
+from controlplane.router.activator import Activator
 from controlplane.router.lease import LeaseCoordinator
 from tests.unit.router_fakes import FakeApi, FakeView
 
-ISVC_PLURAL = "inferenceservices"
+ISVC = InferenceService.resource()
 LEASE_NAME = pool_lease_name("gpu-0")
 Object = dict[str, Any]
 
@@ -51,10 +52,17 @@ def cluster(
         "status": {},
     }
     for name in members:
-        view.isvcs[name] = {"spec": {"replicas": 0}, "status": {"phase": "Stopped"}}
-        api.put(ISVC, {"metadata": {"name": name}, "spec": {"replicas": 0}})
+        view.isvcs[name] = {"spec": {}, "status": {"phase": "Stopped"}}
+        # held by the API server too, so that a write to it would land and be seen (there must
+        # be none: a proxy asks for a member through the pool's Lease only)
+        api.put(ISVC, {"metadata": {"name": name}, "spec": {}})
     view.make_resident("gpu-0", "a")
     return view, api
+
+
+def member_writes(api: FakeApi) -> list[tuple[str, str, Object]]:
+    """Every write that was not to a Lease."""
+    return [write for write in api.writes if write[1] != "leases"]
 
 
 async def until(done: Callable[[], bool], timeout: float = 5) -> None:
@@ -110,4 +118,4 @@ async def running(activator: Activator) -> AsyncIterator[anyio.abc.TaskGroup]:
 def new_activator(view: FakeView, api: FakeApi, identity: str = "me", **kw: Any) -> Activator:
     duration = kw.pop("duration", 45)
     coordinator = LeaseCoordinator(api, "ns", identity, duration=duration)
-    return Activator(view, coordinator, api, "ns", linger_grace=kw.pop("linger_grace", 0.2), **kw)
+    return Activator(view, coordinator, "ns", linger_grace=kw.pop("linger_grace", 0.2), **kw)

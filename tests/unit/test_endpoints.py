@@ -177,4 +177,5 @@ def test_router_and_pool_controller_agree_on_a_members_urls() -> None:
     )
     expected = member_urls(store, "ns", "a")
     assert view.member_urls("a") == expected
-    assert list(reconciler.member_state("ns", "a").urls) == expected
+    pool = {"metadata": {"name": "gpu", "namespace": "ns"}, "spec": {}}
+    assert list(reconciler.member_state(pool, "a").urls) == expected

@@ -9,12 +9,14 @@ import pytest
 
 from controlplane.api.v1alpha1 import ModelPool
 from controlplane.api.v1alpha1.conditions import find_condition
+from controlplane.api.v1alpha1.modelpool import SLOT_GRANTED, SLOT_RELEASED
 from controlplane.controllers.modelpool.intent import Intent, Owner, OwnerReason
 from controlplane.controllers.modelpool.plan import (
     Deferral,
     MemberState,
     Plan,
     PoolView,
+    decided_slots,
     deferral_from,
     deployment_drained,
     plan_actions,
@@ -23,35 +25,37 @@ from controlplane.controllers.modelpool.plan import (
 )
 from controlplane.probes.idle import IdleOutcome, IdleReport
 
+GRANTED, RELEASED = SLOT_GRANTED, SLOT_RELEASED
+
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 
 
 def up(name: str) -> MemberState:
     """Ready and serving at an endpoint, with the pool's grant."""
-    return MemberState(name, replicas=1, phase="Ready", urls=(f"http://{name}:1",), pods=1,
-                       deployment_drained=False, granted=True)  # fmt: skip
+    return MemberState(name, slot=GRANTED, phase="Ready", urls=(f"http://{name}:1",), pods=1,
+                       deployment_drained=False)  # fmt: skip
 
 
 def applied(name: str) -> MemberState:
-    """Just applied: ``replicas`` unset (= 1), no grant, so its Deployment was never raised."""
-    return MemberState(name, replicas=1, phase="Stopped")
+    """Just applied: the pool has not decided about it, so its Deployment was never raised."""
+    return MemberState(name, phase="Stopped")
 
 
 def loading(name: str) -> MemberState:
-    return MemberState(name, replicas=1, phase="Creating", pods=1, deployment_drained=False)
+    return MemberState(name, slot=GRANTED, phase="Creating", pods=1, deployment_drained=False)
 
 
 def stopped(name: str) -> MemberState:
-    return MemberState(name, replicas=0, phase="Stopped")
+    return MemberState(name, slot=RELEASED, phase="Stopped")
 
 
 def terminating(name: str) -> MemberState:
-    """Scaled to 0, its pod still Terminating (the process has not exited)."""
-    return MemberState(name, replicas=0, phase="Creating", pods=1)
+    """Released, its pod still Terminating (the process has not exited)."""
+    return MemberState(name, slot=RELEASED, phase="Creating", pods=1)
 
 
 def missing(name: str) -> MemberState:
-    return MemberState(name, found=False, replicas=0)
+    return MemberState(name, found=False)
 
 
 def members(*states: MemberState) -> dict[str, MemberState]:
@@ -65,17 +69,17 @@ def members(*states: MemberState) -> dict[str, MemberState]:
     ("snapshot", "owner", "expected"),
     [
         # cold pool, default a: nothing else holds the slot, a goes up
-        (members(stopped("a"), stopped("b")), "a", Plan(scale_up="a")),
+        (members(stopped("a"), stopped("b")), "a", Plan(grant="a")),
         # settled: nothing to do
         (members(up("a"), stopped("b")), "a", Plan()),
         # swap a -> b: a serves, so it is probed first; b must wait
         (members(up("a"), stopped("b")), "b", Plan(probe=("a",), holding=("a",))),
-        # a scaled to 0 but its pod is Terminating: b still waits
+        # a released but its pod is Terminating: b still waits
         (members(terminating("a"), stopped("b")), "b", Plan(holding=("a",))),
         # a gone: b goes up
-        (members(stopped("a"), stopped("b")), "b", Plan(scale_up="b")),
-        # a not serving (loading): scaled down without a probe; b waits for its pod
-        (members(loading("a"), stopped("b")), "b", Plan(scale_down=("a",), holding=("a",))),
+        (members(stopped("a"), stopped("b")), "b", Plan(grant="b")),
+        # a not serving (loading): released without a probe; b waits for its pod
+        (members(loading("a"), stopped("b")), "b", Plan(release=("a",), holding=("a",))),
         # Ready by phase but no ready endpoint yet: still probed (and the probe step fails it)
         (
             members(MemberState("a", phase="Ready", pods=1), stopped("b")),
@@ -88,13 +92,13 @@ def members(*states: MemberState) -> dict[str, MemberState]:
             "b",
             Plan(probe=("a",), holding=("a",)),
         ),
-        # the owner is already up (replicas absent = 1): no write, others still drained
+        # the owner is already granted: no write for it, others still drained
         (members(up("a"), up("b")), "a", Plan(probe=("b",), holding=("b",))),
         # cold, no owner: everything is drained, nothing goes up
         (
             members(up("a"), loading("b")),
             None,
-            Plan(probe=("a",), scale_down=("b",), holding=("a", "b")),
+            Plan(probe=("a",), release=("b",), holding=("a", "b")),
         ),
         # three members: the owner waits for both
         (
@@ -102,29 +106,31 @@ def members(*states: MemberState) -> dict[str, MemberState]:
             "a",
             Plan(probe=("c",), holding=("b", "c")),
         ),
-        # the Deployment has not caught up with replicas 0 yet (no pod seen): the owner waits
+        # the Deployment has not caught up with the release yet (no pod seen): the owner waits
         (
-            members(MemberState("a", replicas=0, deployment_drained=False), stopped("b")),
+            members(MemberState("a", slot=RELEASED, deployment_drained=False), stopped("b")),
             "b",
             Plan(holding=("a",)),
         ),
-        # pool and members applied together (replicas unset): the non-owner is set to 0 at once
+        # pool and members applied together (undecided): the non-owner is released at once
         # (nothing serves), the owner is granted only once the other holds nothing
-        (members(applied("a"), applied("b")), "a", Plan(scale_down=("b",), holding=("b",))),
-        (members(applied("a"), stopped("b")), "a", Plan(scale_up="a")),
+        (members(applied("a"), applied("b")), "a", Plan(release=("b",), holding=("b",))),
+        (members(applied("a"), stopped("b")), "a", Plan(grant="a")),
         # running without this pool's grant (it joined while running): granted, not restarted
         (
             members(MemberState("a", phase="Ready", urls=("http://a:1",), pods=1), stopped("b")),
             "a",
-            Plan(scale_up="a"),
+            Plan(grant="a"),
         ),
-        # a non-owner at 0 still carrying the grant: the write revokes it; it holds the slot
-        # until then, so the owner waits
+        # a non-owner that holds the grant, not serving (stopped, or crashed): released at once;
+        # it holds the slot until then, so the owner waits
         (
-            members(MemberState("a", replicas=0, granted=True, phase="Stopped"), stopped("b")),
+            members(MemberState("a", slot=GRANTED, phase="Stopped"), stopped("b")),
             "b",
-            Plan(scale_down=("a",), holding=("a",)),
+            Plan(release=("a",), holding=("a",)),
         ),
+        # a released member stays released: no write for it again
+        (members(stopped("a"), up("b")), "b", Plan()),
         # a missing member: no action at all
         (members(up("a"), stopped("b"), missing("z")), "b", Plan(missing=("z",))),
         (members(stopped("a"), missing("z")), "a", Plan(missing=("z",))),
@@ -259,10 +265,26 @@ def test_ready_when_the_owner_is_ready_and_nobody_else_holds_the_slot() -> None:
         "Ready", "a", None,
     )  # fmt: skip
     assert status["members"] == [
-        {"name": "a", "phase": "Ready", "resident": True},
-        {"name": "b", "phase": "Stopped", "resident": False},
+        {"name": "a", "phase": "Ready", "resident": True, "slot": "Granted"},
+        {"name": "b", "phase": "Stopped", "resident": False, "slot": "Released"},
     ]
     assert conditions(status)["SlotAllocated"] == ("True", "ResidentReady")
+
+
+def test_the_decision_is_written_into_the_pool_status() -> None:
+    """The slots the reconcile decided (a released, b granted) are what the status says; a
+    member that was not decided about keeps its slot as last written."""
+    snapshot = members(stopped("a"), applied("b"), up("c"))
+    slots = decided_slots(snapshot, released=["c"], granted="b")
+    assert slots == {"a": RELEASED, "b": GRANTED, "c": RELEASED}
+    chosen = owner("b", OwnerReason.DEFAULT)
+    view = PoolView(snapshot, chosen, plan_actions(snapshot, "b"), None, NOW, slots=slots)
+    written = pool_status(pool(None), view).to_dict()["members"]
+    assert [(m["name"], m.get("slot")) for m in written] == [
+        ("a", RELEASED), ("b", GRANTED), ("c", RELEASED),
+    ]  # fmt: skip
+    unchanged = pool_status(pool(None), PoolView(snapshot, chosen, Plan(), None, NOW))
+    assert [m.slot for m in unchanged.members] == [RELEASED, None, GRANTED]
 
 
 def test_during_a_swap_the_old_resident_keeps_the_title_until_the_new_one_is_ready() -> None:

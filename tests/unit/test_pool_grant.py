@@ -13,6 +13,7 @@ from typing import Any, cast
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
+from controlplane.api.v1alpha1.modelpool import SLOT_GRANTED, SLOT_RELEASED
 from controlplane.controllers.inferenceservice.reconciler import (
     UNLISTED_SETTLE_SECONDS,
     InferenceServiceReconciler,
@@ -25,11 +26,10 @@ from controlplane.controllers.inferenceservice.status import (
     explain_hold,
 )
 from controlplane.controllers.modelpool.grant import (
-    GRANTED_BY_ANNOTATION,
     deployment_replicas,
-    granted_by,
+    member_slot,
+    member_slots,
     pools_listing,
-    set_grant,
     withheld_by,
 )
 from controlplane.runtime.client import KubeClient, ObjectList
@@ -43,61 +43,60 @@ NS = "ns"
 
 # -- the decision --------------------------------------------------------------------------------
 
+G, R = SLOT_GRANTED, SLOT_RELEASED
+
 
 @pytest.mark.parametrize(
-    ("wanted", "pools", "grant", "current", "expected"),
+    ("wanted", "slots", "current", "expected"),
     [
         # not a member: spec.replicas, as for any standalone server (creating included)
-        (1, [], None, None, 1),
-        (1, [], None, 0, 1),
-        (0, [], None, 1, 0),
-        # a member granted by its pool: spec.replicas
-        (1, ["gpu"], "gpu", 0, 1),
-        (1, ["gpu"], "gpu", None, 1),
-        (0, ["gpu"], "gpu", 1, 0),
-        # a member without the grant is never raised: not created above 0, not raised from 0
-        (1, ["gpu"], None, None, 0),
-        (1, ["gpu"], None, 0, 0),
-        # ... but lowering is always allowed: the pool drains it (and revokes the grant) by
-        # setting spec.replicas 0 in one write
-        (0, ["gpu"], None, 1, 0),
+        (1, {}, None, 1),
+        (1, {}, 0, 1),
+        (0, {}, 1, 0),
+        # granted by its pool: it runs, whatever its own spec.replicas says (the pool decides)
+        (1, {"gpu": G}, 0, 1),
+        (1, {"gpu": G}, None, 1),
+        (0, {"gpu": G}, 0, 1),
+        # released by its pool: it stops, whatever its own spec.replicas says
+        (1, {"gpu": R}, 1, 0),
+        (1, {"gpu": R}, None, 0),
+        # not decided yet: never raised (not created above 0, not raised from 0) ...
+        (1, {"gpu": None}, None, 0),
+        (1, {"gpu": None}, 0, 0),
         # ... and one that runs (it joined the pool while running) is not killed unprobed
-        (1, ["gpu"], None, 1, 1),
-        # the grant moved to another pool that lists it too: still granted
-        (1, ["gpu", "gpu2"], "gpu2", 1, 1),
-        # a grant by a pool that does not list it counts for nothing
-        (1, ["gpu"], "other", 0, 0),
-        # it left the pool: the grant annotation no longer matters
-        (1, [], "gpu", 0, 1),
-        (0, [], "gpu", 1, 0),
-        # listed by two pools: either one's grant lets it run
-        (1, ["a", "b"], "b", 0, 1),
+        (1, {"gpu": None}, 1, 1),
+        (0, {"gpu": None}, 1, 1),
+        # listed by two pools: either one's grant lets it run, a release stops it otherwise
+        (1, {"a": R, "b": G}, 0, 1),
+        (1, {"a": R, "b": None}, 1, 0),
     ],
 )
 def test_deployment_replicas(
-    wanted: int, pools: list[str], grant: str | None, current: int | None, expected: int
+    wanted: int, slots: dict[str, str | None], current: int | None, expected: int
 ) -> None:
-    assert deployment_replicas(wanted, pools, grant, current) == expected
+    assert deployment_replicas(wanted, slots, current) == expected
 
 
 @pytest.mark.parametrize(
-    ("wanted", "pools", "grant", "expected"),
-    [(1, ["gpu"], None, "gpu"), (1, ["gpu"], "gpu", None), (0, ["gpu"], None, None),
-     (1, [], None, None), (1, ["a", "b"], "c", "a, b")],
+    ("slots", "expected"),
+    [({"gpu": None}, "gpu"), ({"gpu": R}, "gpu"), ({"gpu": G}, None), ({}, None),
+     ({"b": None, "a": R}, "a, b"), ({"a": R, "b": G}, None)],
 )  # fmt: skip
-def test_withheld_by(
-    wanted: int, pools: list[str], grant: str | None, expected: str | None
-) -> None:
-    assert withheld_by(wanted, pools, grant) == expected
+def test_withheld_by(slots: dict[str, str | None], expected: str | None) -> None:
+    assert withheld_by(slots) == expected
 
 
-def pool(name: str, *members: str, deleting: bool = False) -> Object:
+def pool(
+    name: str, *members: str, deleting: bool = False, slots: dict[str, str] | None = None
+) -> Object:
+    """A pool listing ``members``; ``slots`` is its decision (``status.members[].slot``)."""
     meta: Object = {"name": name, "namespace": NS}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     refs = [{"inferenceServiceRef": {"name": m}} for m in members]
+    status = {"members": [{"name": m, "slot": slot} for m, slot in (slots or {}).items()]}
     return {"apiVersion": "inference.modelpool.dev/v1alpha1", "kind": "ModelPool",
-            "metadata": meta, "spec": {"members": refs}}  # fmt: skip
+            "metadata": meta, "spec": {"members": refs}, "status": status}  # fmt: skip
 
 
 def test_pools_listing_skips_pools_being_deleted() -> None:
@@ -105,13 +104,16 @@ def test_pools_listing_skips_pools_being_deleted() -> None:
     assert pools_listing(pools, "a") == ["y", "z"]
 
 
-def test_grant_and_revoke_edit_only_the_annotation() -> None:
-    obj: Object = {"metadata": {"name": "a", "annotations": {"keep": "me"}}}
-    set_grant(obj, "gpu")
-    assert granted_by(obj) == "gpu"
-    set_grant(obj, None)
-    assert granted_by(obj) is None
-    assert obj["metadata"]["annotations"] == {"keep": "me"}
+def test_member_slots_reads_each_listing_pools_decision() -> None:
+    pools = [
+        pool("gpu", "a", "b", slots={"a": G, "b": R}),
+        pool("other", "x", slots={"a": G}),  # does not list a: its word about a counts for nothing
+        pool("gpu2", "a"),  # lists a, has not decided
+        pool("gone", "a", deleting=True, slots={"a": G}),
+    ]
+    assert member_slots(pools, "a") == {"gpu": G, "gpu2": None}
+    assert member_slots(pools, "b") == {"gpu": R}
+    assert member_slot(pool("p", "a", slots={"a": "Bogus"}), "a") is None, "unknown: undecided"
 
 
 def test_a_withheld_member_says_which_pool_holds_it() -> None:
@@ -169,15 +171,13 @@ class Clock:
         return self.now
 
 
-def isvc(name: str, replicas: int | None = None, grant: str | None = None) -> Object:
+def isvc(name: str, replicas: int | None = None) -> Object:
     spec: Object = {"model": {"name": name, "source": f"/m/{name}.gguf"}}
     if replicas is not None:
         spec["replicas"] = replicas
     obj: Object = {"apiVersion": "inference.modelpool.dev/v1alpha1", "kind": "InferenceService",
                    "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}",
                                 "resourceVersion": "1", "generation": 1}, "spec": spec}  # fmt: skip
-    if grant is not None:
-        set_grant(obj, grant)
     return obj
 
 
@@ -212,10 +212,15 @@ class World:
             clock=self.clock,
         )
 
-    def isvc(self, obj: Object, *, live: Object | None = None) -> None:
-        """Cache ``obj``; the API server holds ``live`` (the same object when not given)."""
+    def isvc(self, obj: Object) -> None:
+        """Cache ``obj`` and hold it in the API server."""
         self.isvcs.store.upsert(copy.deepcopy(obj))
-        self.api.put(InferenceService.resource(), live or obj)
+        self.api.put(InferenceService.resource(), obj)
+
+    def pool(self, obj: Object, *, live: Object | None = None) -> None:
+        """Cache ``obj``; the API server holds ``live`` (the same pool when not given)."""
+        self.pools.store.upsert(copy.deepcopy(obj))
+        self.api.put(ModelPool.resource(), live or obj)
 
     async def reconcile(self, name: str) -> Any:
         return await self.reconciler.reconcile(Request(NS, name))
@@ -237,11 +242,11 @@ class World:
 @pytest.mark.anyio
 async def test_a_member_without_the_grant_gets_a_deployment_at_zero() -> None:
     world = World()
-    world.pools.store.upsert(pool("gpu", "a", "b"))
+    world.pool(pool("gpu", "a", "b"))
     world.isvc(isvc("a"))
     await world.reconcile("a")
     assert world.deployment_replicas() == [0]
-    assert ("get", "inferenceservices") not in world.api.calls, "not a raise: no live read"
+    assert ("list", "modelpools") not in world.api.calls, "not a raise: no live read"
 
 
 @pytest.mark.anyio
@@ -258,30 +263,43 @@ async def test_a_pool_not_yet_cached_is_found_by_a_live_list() -> None:
 
 @pytest.mark.anyio
 async def test_a_revoked_grant_seen_late_starts_nothing() -> None:
-    """The cache still shows the grant; the live object has it revoked (replicas 0)."""
+    """The cached pool still grants a; the live pool has released it."""
     world = World()
-    world.pools.store.upsert(pool("gpu", "a", "b"))
-    world.isvc(isvc("a", replicas=1, grant="gpu"), live=isvc("a", replicas=0))
+    world.pool(pool("gpu", "a", "b", slots={"a": G}), live=pool("gpu", "a", "b", slots={"a": R}))
+    world.isvc(isvc("a"))
+    world.deployments.store.upsert(deployment("a", 0))
     await world.reconcile("a")
     assert world.deployment_replicas() == [0]
-    assert ("get", "inferenceservices") in world.api.calls
+    assert ("list", "modelpools") in world.api.calls
 
 
 @pytest.mark.anyio
-async def test_a_granted_member_is_raised() -> None:
+async def test_a_granted_member_is_raised_whatever_its_own_replicas_say() -> None:
+    """The member's manifest says 0 (as a user, Helm or Argo CD applied it): the pool decides."""
     world = World()
-    world.pools.store.upsert(pool("gpu", "a", "b"))
-    world.isvc(isvc("a", replicas=1, grant="gpu"))
+    world.pool(pool("gpu", "a", "b", slots={"a": G, "b": R}))
+    world.isvc(isvc("a", replicas=0))
     world.deployments.store.upsert(deployment("a", 0))
     await world.reconcile("a")
     assert world.deployment_replicas() == [1]
 
 
 @pytest.mark.anyio
+async def test_a_released_member_is_lowered_whatever_its_own_replicas_say() -> None:
+    world = World()
+    world.pool(pool("gpu", "a", "b", slots={"a": R, "b": G}))
+    world.isvc(isvc("a", replicas=1))
+    world.deployments.store.upsert(deployment("a", 1))
+    await world.reconcile("a")
+    assert world.deployment_replicas() == [0]
+    assert ("list", "modelpools") not in world.api.calls, "lowering needs no live read"
+
+
+@pytest.mark.anyio
 async def test_a_member_that_joined_while_running_is_not_killed() -> None:
     """Its Deployment already runs: the pool drains it through the idle gate, not us."""
     world = World()
-    world.pools.store.upsert(pool("gpu", "a", "b"))
+    world.pool(pool("gpu", "a", "b"))
     world.isvc(isvc("a"))
     world.deployments.store.upsert(deployment("a", 1))
     await world.reconcile("a")
@@ -305,11 +323,9 @@ async def test_a_non_member_starts_once_no_pool_came_to_list_it() -> None:
 @pytest.mark.anyio
 async def test_leaving_the_pool_follows_spec_replicas_again() -> None:
     world = World()
-    world.pools.store.upsert(pool("gpu", "a", "b"))
-    world.isvc(isvc("a", replicas=0, grant="gpu"))
-    await world.known_for_a_while("a")
-    world.pools.store.upsert(pool("gpu", "b"))  # a is removed from the pool, then asked to run
-    world.isvc(isvc("a", replicas=1, grant="gpu"))
+    world.pool(pool("gpu", "a", "b", slots={"a": R}))
+    world.isvc(isvc("a", replicas=1))
+    await world.known_for_a_while("a")  # held at 0 by its pool
+    world.pool(pool("gpu", "b", slots={"b": G}))  # a is removed from the pool
     await world.reconcile("a")
     assert world.deployment_replicas() == [1]
-    assert GRANTED_BY_ANNOTATION not in world.api.applied[0]["metadata"].get("annotations", {})

@@ -26,10 +26,19 @@ def test_the_activation_role_is_what_the_design_lists() -> None:
     granted = {(p.resource, p.verb) for r in rbac.ACTIVATION_ROLE_RULES for p in r.permissions()}
     read = {"get", "list", "watch"}
     assert granted == (
-        {("inferenceservices", v) for v in read | {"update", "patch"}}
+        {("inferenceservices", v) for v in read}
         | {("leases", v) for v in read | {"create", "update", "patch", "delete"}}
         | {("modelpools", v) for v in read}
     )
+
+
+def test_nobody_but_their_user_writes_inferenceservices() -> None:
+    """Pools decide in their own status: neither the operator nor a proxy may write a member, so
+    nothing they do can fight ``kubectl apply``, Helm or Argo CD over one."""
+    for rules in (rbac.OPERATOR_CLUSTER_RULES, rbac.ROUTER_PROXY_RULES):
+        permissions = [p for r in rules for p in r.permissions()]
+        verbs = {p.verb for p in permissions if p.resource == "inferenceservices"}
+        assert verbs == {"get", "list", "watch"}
 
 
 def test_no_declared_rule_has_a_wildcard() -> None:

@@ -195,7 +195,7 @@ def _client(
     view = FakeView()
     view.urls["solo-isvc"] = ["http://member"]
     api = api or FakeApi()
-    activator = Activator(view, LeaseCoordinator(api, "ns", "me"), api, "ns")
+    activator = Activator(view, LeaseCoordinator(api, "ns", "me"), "ns")
     context = ProxyContext(
         lambda: ROUTER,
         POOLS.get,
@@ -447,7 +447,7 @@ def _pooled_proxy(
     view.isvcs.update(copy.deepcopy(ISVCS))
     view.make_resident("gpu-0", "b")
     api = FakeApi()
-    activator = Activator(view, LeaseCoordinator(api, "ns", "me"), api, "ns")
+    activator = Activator(view, LeaseCoordinator(api, "ns", "me"), "ns")
     context = ProxyContext(lambda: ROUTER, view.pool, view.isvc, lambda: [], tracing=False)
     app = build_app(context, activator, HttpxUpstream(member))
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")

@@ -1,16 +1,16 @@
 """InferenceService (``isvc``): one model served by one llama.cpp-compatible server.
 
-``spec.replicas`` is the activation signal: a pool scales its members by writing 0 or 1 here, and
-the InferenceService controller turns it into its Deployment's replicas. Absent means 1, so an
-InferenceService outside any pool simply runs. A member of a pool runs only once that pool has
-granted it the slot (the ``inference.modelpool.dev/granted-by`` annotation, see
-``controlplane/controllers/modelpool/grant.py``); ``status.pool`` names the pool that decides, so
-``kubectl get isvc`` shows why a member asking for 1 is Stopped.
+``spec.replicas`` (0 or 1, absent means 1) is the user's, and it decides for an InferenceService
+outside any pool, which simply runs. A member of a pool is sized by its pool alone: the pool's
+decision lives in the pool's own status (``status.members[].slot``, see
+``controlplane/controllers/modelpool/grant.py``), never in the member, so a member's manifest
+re-applied by ``kubectl apply``, Helm or Argo CD moves nothing. ``status.pool`` names the pool that
+decides, so ``kubectl get isvc`` shows why a member is Stopped.
 
 ``spec.replicas`` has no server-side default: what absent means is the operator's to say (today
 1), and a default would be written into every stored object for good. The REPLICAS column shows
-``status.desiredReplicas`` instead, which the controller sets to what the spec asks for, the 1 of an
-absent field included.
+``status.desiredReplicas`` instead: the replicas the controller gives the Deployment (the 1 of an
+absent field included, or its pool's decision).
 
 ``status.phase`` tells a pool's swap: the member being drained is ``Draining`` until its process
 has exited (then ``Stopped``), the member being brought up is ``Starting`` from the moment its pool
@@ -170,8 +170,8 @@ class InferenceServiceSpec(ApiObject):
         maximum=65535,
     )
     replicas: int | None = api_field(
-        "0 or 1; absent means 1. A pool drives this field to activate its members; a member of a "
-        "pool runs only once that pool has granted it the slot.",
+        "0 or 1; absent means 1. Ignored while a ModelPool lists this InferenceService: the pool "
+        "decides whether a member runs (its status.members[].slot).",
         format="int32",
         minimum=0,
         maximum=1,
@@ -239,8 +239,8 @@ class InferenceServiceStatus(ApiObject):
 
     phase: str | None = api_field("Lifecycle phase.", enum=PHASES)
     desired_replicas: int | None = api_field(
-        "Replicas the spec asks for: spec.replicas, or 1 when it is absent. A member of a pool "
-        "runs only once that pool has granted it the slot (see pool and the Ready condition).",
+        "Replicas the server's Deployment is given: spec.replicas (1 when absent), or for a member "
+        "of a pool what that pool decided (see pool and the Ready condition).",
         format="int32",
         minimum=0,
         maximum=1,

@@ -51,6 +51,14 @@ CONDITION_SWAP_DEFERRED: Final = "SwapDeferred"
 REASON_PODS_BUSY: Final = "PodsBusy"
 REASON_IDLE_CHECK_FAILED: Final = "IdleCheckFailed"
 
+#: ``status.members[].slot``: the pool's decision about one member, which the InferenceService
+#: controller reads to size the member's Deployment (docs/modelpool.md, "grant"). Granted: it may
+#: run (at most one member, which the schema enforces). Released: it must not run. Unset: not
+#: decided yet; it keeps what it runs and is never raised.
+SLOT_GRANTED: Final = "Granted"
+SLOT_RELEASED: Final = "Released"
+SLOTS: Final = (SLOT_GRANTED, SLOT_RELEASED)
+
 
 @dataclass(kw_only=True)
 class PoolMember(ApiObject):
@@ -203,6 +211,11 @@ class MemberStatus(ApiObject):
     name: str | None = api_field("Member InferenceService name.", required=True)
     phase: str | None = api_field("The member's phase.")
     resident: bool | None = api_field("Whether the member holds the slot.")
+    slot: str | None = api_field(
+        "The pool's decision, which sizes the member's Deployment: Granted (it may run), "
+        "Released (it must not); unset: not decided, it keeps what it runs and is never raised.",
+        enum=SLOTS,
+    )
 
 
 @dataclass(kw_only=True)
@@ -229,6 +242,13 @@ class ModelPoolStatus(ApiObject):
         list_type="map",
         list_map_keys=("name",),
         max_items=MAX_MEMBERS,
+        rules=(
+            Rule(
+                f"self.filter(m, has(m.slot) && m.slot == '{SLOT_GRANTED}').size() <= 1",
+                "status.members: at most one member may hold the slot's grant",
+                reason="FieldValueForbidden",
+            ),
+        ),
     )
     waiting: list[WaitingDemand] = api_field(
         "Members other than the resident with requests held for them (every replica's demand "

@@ -1,10 +1,10 @@
 """The InferenceService controller: one Deployment and one Service per InferenceService.
 
 An InferenceService serves one model with one llama.cpp-compatible server. The controller owns a
-Deployment and a Service of the same name and turns ``spec.replicas`` (0 or 1), the activation
-signal pools drive, into the Deployment's replicas, raising a pool member only when its pool has
-granted it the slot (:mod:`controlplane.controllers.modelpool.grant`). Split along the seams its
-tests use:
+Deployment and a Service of the same name and sizes the Deployment from ``spec.replicas`` (0 or
+1), or, for a pool member, from its pool's decision in the pool's status, raising a member only
+when its pool has granted it the slot (:mod:`controlplane.controllers.modelpool.grant`). Split
+along the seams its tests use:
 
 * :mod:`~controlplane.controllers.inferenceservice.desired`: what is wanted, the children as
   server-side apply bodies (pure);

@@ -3,15 +3,16 @@
 **Pool members run only when granted** (docs/modelpool.md,
 :mod:`~controlplane.controllers.modelpool.grant`). The Deployment's replicas are
 :func:`~controlplane.controllers.modelpool.grant.deployment_replicas`: ``spec.replicas`` for an
-InferenceService no pool lists or one its pool has granted the slot
-(``inference.modelpool.dev/granted-by``); otherwise never more than the Deployment already has.
-Lowering is always allowed; raising (creating the Deployment above 0 included) is confirmed with
-the API server first (:meth:`InferenceServiceReconciler._confirm_raise`): a live GET of the
-InferenceService (a grant revoked since the cache was filled starts nothing) and, when the cache
-shows no pool listing it, a live LIST of the namespace's ModelPools (a pool applied together with
-it may not have reached the cache). An InferenceService no pool lists is started only once it has
-been known for :data:`UNLISTED_SETTLE_SECONDS`: ``kubectl apply -f`` of a directory creates the
-members a few milliseconds before their pool, faster than any reconcile, and a member started in
+InferenceService no pool lists; for a pool member, what its pool decided in its own status
+(``status.members[].slot``): 1 when granted, 0 when released, and otherwise never more than the
+Deployment already has. The member's ``spec.replicas`` is not read while a pool lists it. Lowering
+is always allowed; raising (creating the Deployment above 0 included) is confirmed with the API
+server first (:meth:`InferenceServiceReconciler._confirm_raise`): a live LIST of the namespace's
+ModelPools (a grant revoked since the cache was filled starts nothing, and a pool applied
+together with the member but not yet cached holds it back). An InferenceService no pool lists is
+started only once it has been known for :data:`UNLISTED_SETTLE_SECONDS`: ``kubectl apply -f`` of
+a directory creates the members a few milliseconds before their pool, faster than any reconcile,
+and a member started in
 that gap would run beside the pool's choice.
 
 **Writes.** Both children (:mod:`~controlplane.controllers.inferenceservice.desired`) are written
@@ -82,8 +83,7 @@ from controlplane.controllers.inferenceservice.status import (
 )
 from controlplane.controllers.modelpool.grant import (
     deployment_replicas,
-    granted_by,
-    pools_listing,
+    member_slots,
     withheld_by,
 )
 from controlplane.probes.slotcache import RESTORE, SAVE, CacheOutcome, CacheReport, SlotCacheClient
@@ -216,7 +216,7 @@ class InferenceServiceReconciler:
         if replicas.hold.settling:
             requeue = min(requeue or replicas.hold.settle_seconds, replicas.hold.settle_seconds)
         settle = Result(requeue_after=requeue) if requeue is not None else Result()
-        status = desired_status(isvc, decision, deployment, replicas.pools)
+        status = desired_status(isvc, decision, deployment, replicas.pools, replicas.count)
         if not status_changed(isvc.status, status):
             return settle
         previous = isvc.status.phase
@@ -251,13 +251,13 @@ class InferenceServiceReconciler:
         if pools is None:
             pools = self.pools.store.by_index(NAMESPACE_INDEX, namespace)
         pools = list(pools)
-        listing = tuple(pools_listing(pools, meta["name"]))
+        slots = member_slots(pools, meta["name"])
+        listing = tuple(slots)
         wanted = InferenceService.from_dict(obj).spec.desired_replicas()
-        grant = granted_by(obj)
         current = _deployment_replicas(deployment)
-        count = deployment_replicas(wanted, listing, grant, current)
+        count = deployment_replicas(wanted, slots, current)
         hold = Hold(
-            withheld_by=withheld_by(wanted, listing, grant),
+            withheld_by=withheld_by(slots),
             chosen_by=chosen_by(pools, meta["name"]) if listing else None,
         )
         settle = self._settle_seconds(f"{namespace}/{meta['name']}", meta.get("uid"))
@@ -270,23 +270,18 @@ class InferenceServiceReconciler:
     ) -> Replicas:
         """Decide a raise again from the API server, not the caches.
 
-        A live GET of the InferenceService: a grant the pool revoked after our cache was filled
-        starts nothing. When the cache shows no pool listing it, a live LIST of the namespace's
-        ModelPools (a consistent read): a pool created together with it may not be cached yet.
-        What remains is one round trip, from the GET to our apply: a pool that revokes the grant,
-        sees the member released (its Deployment still at 0) and grants another member, all inside
-        that round trip, would see our raise only afterwards. The pool needs two writes and a
-        watch delivery to do so; we need one request. Raises are rare (a swap's last step), and
-        the pool keeps watching the Deployment, so it would then hold every further grant until
-        the raised member is drained again.
+        A live LIST of the namespace's ModelPools (a consistent read): a grant the pool revoked
+        after our cache was filled starts nothing, and a pool created together with the member,
+        not cached yet, holds it back. What remains is one round trip, from the LIST to our apply:
+        a pool that releases the member, sees it released (its Deployment still at 0) and grants
+        another, all inside that round trip, would see our raise only afterwards. The pool needs
+        two status writes and a watch delivery to do so; we need one request. Raises are rare (a
+        swap's last step), and the pool keeps watching the Deployment, so it would then hold every
+        further grant until the raised member is drained again.
         """
-        meta = cached["metadata"]
-        namespace = meta.get("namespace") or ""
-        live = await self.client.get(InferenceService.resource(), meta["name"], namespace)
-        replicas = self._replicas(live, deployment)
-        if not replicas.pools:
-            pools = (await self.client.list(ModelPool.resource(), namespace)).items
-            replicas = self._replicas(live, deployment, pools)
+        namespace = cached["metadata"].get("namespace") or ""
+        pools = (await self.client.list(ModelPool.resource(), namespace)).items
+        replicas = self._replicas(cached, deployment, pools)
         if replicas.count > _deployment_replicas(deployment):
             log.info("%s: raising the Deployment, confirmed live", key)
         return replicas

@@ -33,7 +33,7 @@ Then :func:`explain_hold` says why a member that is not running is not (the pool
 * Stopped, withheld by a pool that has not granted it the slot: Stopped, ``NotGranted``;
 * listed by no pool and too new to be sure none is coming: Creating, ``WaitingForPools``.
 
-**Status** (``phase``, ``desiredReplicas`` = ``spec.replicas`` or 1 when absent,
+**Status** (``phase``, ``desiredReplicas`` = the Deployment's replicas as given,
 ``readyReplicas``, ``endpoint`` = ``http://NAME.NAMESPACE.svc:PORT``, ``pool``,
 ``observedGeneration`` and a ``Ready`` condition, True only in phase Ready) is computed as a copy
 of the current one, so it equals the current status whenever nothing changed.
@@ -178,6 +178,7 @@ def desired_status(
     decision: PhaseDecision,
     deployment: Mapping[str, Any] | None,
     pools: Iterable[str] = (),
+    replicas: int | None = None,
 ) -> InferenceServiceStatus:
     """The status to write: a copy of the current one with every field we own set.
 
@@ -187,7 +188,7 @@ def desired_status(
     status = InferenceServiceStatus.from_dict(isvc.status.to_dict())
     ready = int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
     status.phase = decision.phase
-    status.desired_replicas = isvc.spec.desired_replicas()
+    status.desired_replicas = isvc.spec.desired_replicas() if replicas is None else replicas
     status.ready_replicas = ready
     status.endpoint = endpoint(isvc)
     status.pool = ", ".join(pools) or None

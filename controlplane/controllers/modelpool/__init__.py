@@ -6,20 +6,18 @@ Split along the seams its tests use:
   activation intent on the pool's Lease (:func:`choose_owner`, :class:`LeaseObserver`);
 * :mod:`~controlplane.controllers.modelpool.plan`: what to do with one snapshot of the members
   and what to report, pure functions only (:func:`plan_actions`, :func:`pool_status`);
-* :mod:`~controlplane.controllers.modelpool.grant`: the slot grant on a member
-  (``inference.modelpool.dev/granted-by``), the one module the InferenceService controller reads
-  too, so both read the grant alike;
+* :mod:`~controlplane.controllers.modelpool.grant`: the slot grant in the pool's status
+  (``status.members[].slot``), the one module the InferenceService controller reads too, so both
+  read the grant alike;
 * :mod:`~controlplane.controllers.modelpool.reconciler`: the reconciler, which reads the caches,
-  probes, writes members and status, and :func:`setup_model_pool_controller`, which wires it from
-  a manager.
+  probes, writes the pool's status (its decision included), and
+  :func:`setup_model_pool_controller`, which wires it from a manager.
 
 The reconciler imports the others, never the reverse; intent, plan and grant do no I/O (both
-import-linter contracts). The member-write conflict metric, shared with the router-proxy's
-activator, lives outside this package (:mod:`controlplane.controllers.memberwrites`), so that the
-router-proxy imports nothing of the pool controller.
+import-linter contracts).
 """
 
-from controlplane.controllers.modelpool.grant import GRANTED_BY_ANNOTATION, granted_by
+from controlplane.controllers.modelpool.grant import deployment_replicas, member_slot
 from controlplane.controllers.modelpool.intent import (
     Intent,
     LeaseObserver,
@@ -30,7 +28,6 @@ from controlplane.controllers.modelpool.intent import (
 from controlplane.controllers.modelpool.plan import MemberState, Plan, plan_actions, pool_status
 from controlplane.controllers.modelpool.reconciler import (
     CONTROLLER_NAME,
-    REASON_MEMBER_WRITE_CONFLICT,
     ModelPoolReconciler,
     map_lease,
     setup_model_pool_controller,
@@ -38,8 +35,6 @@ from controlplane.controllers.modelpool.reconciler import (
 
 __all__ = [
     "CONTROLLER_NAME",
-    "GRANTED_BY_ANNOTATION",
-    "REASON_MEMBER_WRITE_CONFLICT",
     "Intent",
     "LeaseObserver",
     "MemberState",
@@ -48,8 +43,9 @@ __all__ = [
     "OwnerReason",
     "Plan",
     "choose_owner",
-    "granted_by",
+    "deployment_replicas",
     "map_lease",
+    "member_slot",
     "plan_actions",
     "pool_status",
     "setup_model_pool_controller",

@@ -2,19 +2,20 @@
 
 See docs/modelpool.md, "grant".
 
-``spec.replicas`` alone cannot say "run": it is absent (= 1) on a freshly applied member, so an
-InferenceService controller that simply copied it would start every member of a pool applied
-together, before the pool has chosen. So the pool controller, in the same optimistic write that
-sets its owner's ``spec.replicas: 1``, annotates the owner with
-``inference.modelpool.dev/granted-by: <pool>`` (:data:`GRANTED_BY_ANNOTATION`), and removes the
-annotation in the same write that sets a member to 0.
+The pool's decision lives in an object the pool owns: its status. ``status.members[].slot`` is
+``Granted`` (it may run), ``Released`` (it must not) or unset (not decided yet). The pool
+controller writes it with the rest of its status, through the status subresource and guarded by
+the pool's ``resourceVersion``; the schema refuses a status in which two members hold the grant.
+Nothing of the decision is written into the member's own object, so ``kubectl apply``, Helm or
+Argo CD re-applying a member (its ``spec.replicas`` included) changes nothing the pool decided.
 
-The InferenceService controller then computes its Deployment's replicas with
-:func:`deployment_replicas`:
+The InferenceService controller computes its Deployment's replicas with
+:func:`deployment_replicas` from the slots of the pools that list the member:
 
-* not listed by any pool: ``spec.replicas``, as for any standalone server;
-* listed and granted by a pool that lists it: ``spec.replicas``;
-* listed and not granted: never more than the Deployment already has. Lowering is always allowed;
+* listed by no pool: ``spec.replicas``, as for any standalone server;
+* granted by a pool that lists it: 1 (``spec.replicas`` is not read: the pool decides);
+* released by a pool that lists it: 0;
+* listed and not decided: never more than the Deployment already has. Lowering is always allowed;
   raising needs the grant. A member that was running when a pool came to list it keeps running
   until the pool drains it through the idle gate like any non-owner: it is not killed unprobed.
 
@@ -23,30 +24,10 @@ Pure functions of objects (no I/O), shared by both controllers so they read the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Final
+from collections.abc import Iterable, Mapping
 
+from controlplane.api.v1alpha1.modelpool import SLOT_GRANTED, SLOT_RELEASED
 from controlplane.runtime.objects import ObjectView
-
-#: Names the pool that granted this InferenceService its slot; absent: no grant.
-GRANTED_BY_ANNOTATION: Final = "inference.modelpool.dev/granted-by"
-
-
-def granted_by(isvc: ObjectView) -> str | None:
-    """The pool named by the grant annotation, if any."""
-    annotations = (isvc.get("metadata") or {}).get("annotations") or {}
-    value = annotations.get(GRANTED_BY_ANNOTATION)
-    return str(value) if value else None
-
-
-def set_grant(isvc: dict[str, Any], pool: str | None) -> None:
-    """Grant the slot of ``pool`` on ``isvc`` in place (``None`` revokes), for the write that also
-    sets its replicas: grant and replicas move together or not at all."""
-    annotations = isvc.setdefault("metadata", {}).setdefault("annotations", {})
-    if pool is None:
-        annotations.pop(GRANTED_BY_ANNOTATION, None)
-    else:
-        annotations[GRANTED_BY_ANNOTATION] = pool
 
 
 def lists_member(pool: ObjectView, member: str) -> bool:
@@ -54,35 +35,59 @@ def lists_member(pool: ObjectView, member: str) -> bool:
     return any((ref.get("inferenceServiceRef") or {}).get("name") == member for ref in refs)
 
 
-def pools_listing(pools: Iterable[ObjectView], member: str) -> list[str]:
-    """Names of the pools (of one namespace) that list ``member``, sorted; deleted ones excluded,
-    since deleting a pool hands its members back to their own ``spec.replicas``."""
-    return sorted(
-        str(pool["metadata"]["name"])
+def listing_pools(pools: Iterable[ObjectView], member: str) -> list[ObjectView]:
+    """The pools (of one namespace) that list ``member``, by name; deleted ones excluded, since
+    deleting a pool hands its members back to their own ``spec.replicas``."""
+    found = [
+        pool
         for pool in pools
         if not pool["metadata"].get("deletionTimestamp") and lists_member(pool, member)
-    )
+    ]
+    return sorted(found, key=lambda pool: str(pool["metadata"]["name"]))
 
 
-def deployment_replicas(
-    wanted: int, pools: Iterable[str], grant: str | None, current: int | None
-) -> int:
+def pools_listing(pools: Iterable[ObjectView], member: str) -> list[str]:
+    """Names of the pools that list ``member``, sorted (:func:`listing_pools`)."""
+    return [str(pool["metadata"]["name"]) for pool in listing_pools(pools, member)]
+
+
+def member_slot(pool: ObjectView, member: str) -> str | None:
+    """``pool``'s decision about ``member``: ``Granted``, ``Released`` or None (not decided)."""
+    for entry in (pool.get("status") or {}).get("members") or ():
+        if entry.get("name") == member:
+            slot = entry.get("slot")
+            return str(slot) if slot in (SLOT_GRANTED, SLOT_RELEASED) else None
+    return None
+
+
+def member_slots(pools: Iterable[ObjectView], member: str) -> dict[str, str | None]:
+    """The decision of each pool that lists ``member``, by pool name."""
+    return {
+        str(pool["metadata"]["name"]): member_slot(pool, member)
+        for pool in listing_pools(pools, member)
+    }
+
+
+def deployment_replicas(wanted: int, slots: Mapping[str, str | None], current: int | None) -> int:
     """The replicas the member's Deployment may have.
 
-    ``wanted`` is ``spec.replicas`` (absent = 1), ``pools`` the pools listing the InferenceService,
-    ``grant`` the pool its annotation names, ``current`` the Deployment's replicas (``None``: no
-    Deployment yet). A grant counts only from a pool that lists it: a grant left behind by a pool
-    it has left, or forged by hand for another pool, starts nothing.
+    ``wanted`` is ``spec.replicas`` (absent = 1), ``slots`` the decision of each pool listing the
+    member (:func:`member_slots`), ``current`` the Deployment's replicas (``None``: no Deployment
+    yet). A grant counts only from a pool that lists the member: a pool it has left decides
+    nothing about it.
     """
-    pools = list(pools)
-    if not pools or grant in pools:
+    if not slots:
         return wanted
-    return min(wanted, current or 0)
+    decided = set(slots.values())
+    if SLOT_GRANTED in decided:
+        return 1
+    if SLOT_RELEASED in decided:
+        return 0
+    return min(1, current or 0)
 
 
-def withheld_by(wanted: int, pools: Iterable[str], grant: str | None) -> str | None:
-    """The pool that holds this member back (it asks to run but has no grant), else ``None``."""
-    pools = list(pools)
-    if wanted == 0 or not pools or grant in pools:
+def withheld_by(slots: Mapping[str, str | None]) -> str | None:
+    """The pools that hold this member back (they list it and none grants it), else ``None``."""
+    if not slots or SLOT_GRANTED in slots.values():
         return None
-    return ", ".join(pools)
+    return ", ".join(sorted(slots))

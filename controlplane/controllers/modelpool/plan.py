@@ -7,18 +7,18 @@ Pure functions of what the caches and the idle probes say (no I/O), kept apart f
 so every rule is unit-tested as a table (``tests/unit/test_modelpool_plan.py``):
 
 :func:`plan_actions` (docs/modelpool.md, "What the controller does")
-    * A member that does not exist makes the plan empty: a Degraded pool changes no replicas.
-    * **Drain.** Every member other than the owner whose ``spec.replicas`` is not 0 must go to 0.
-      One that is *serving* (its InferenceService is Ready, or it has a ready endpoint) goes to 0
-      only after its idle probe says idle on every ready endpoint (``probe``); one that is not
-      serving (loading, no ready endpoint) goes to 0 at once (``scale_down``). A non-owner at 0
-      that still carries this pool's grant is written too (``scale_down``): the write revokes it.
-    * **Owner up.** The owner goes to 1 *with this pool's grant*
-      (:mod:`~controlplane.controllers.modelpool.grant`) only when every other member has *released*
-      the slot: ``spec.replicas`` 0, no grant, its Deployment at 0 replicas and observed so by the
-      deployment controller, and no pod left, Terminating ones included (the GPU memory is freed
-      when the process exits, not when its pod is marked for deletion). An owner that asks for 1
-      (``replicas`` unset) without the grant does not run: it is granted by the same rule.
+    The plan's writes are the pool's own: ``status.members[].slot``
+    (:mod:`~controlplane.controllers.modelpool.grant`), never a field of the member.
+
+    * A member that does not exist makes the plan empty: a Degraded pool changes no slot.
+    * **Drain.** Every member other than the owner that is not ``Released`` is released. One that
+      is *serving* (its InferenceService is Ready, or it has a ready endpoint) is released only
+      after its idle probe says idle on every ready endpoint (``probe``); one that is not serving
+      (loading, no ready endpoint) is released at once (``release``).
+    * **Owner up.** The owner is ``Granted`` only when every other member has *released* the slot:
+      ``Released``, its Deployment at 0 replicas and observed so by the deployment controller, and
+      no pod left, Terminating ones included (the GPU memory is freed when the process exits, not
+      when its pod is marked for deletion).
 
 :func:`pool_status` (docs/modelpool.md, status)
     * ``residentMember``: the owner once its InferenceService is Ready; until then the previous
@@ -58,6 +58,8 @@ from controlplane.api.v1alpha1.modelpool import (
     PHASE_SWAPPING,
     REASON_IDLE_CHECK_FAILED,
     REASON_PODS_BUSY,
+    SLOT_GRANTED,
+    SLOT_RELEASED,
     MemberStatus,
     ModelPool,
     ModelPoolStatus,
@@ -94,8 +96,8 @@ class MemberState:
 
     name: str
     found: bool = True
-    #: ``spec.replicas`` (absent means 1).
-    replicas: int = 1
+    #: This pool's decision about it as last written (``status.members[].slot``; None: not yet).
+    slot: str | None = None
     #: The InferenceService's ``status.phase``.
     phase: str | None = None
     #: ``http://host:port`` of every ready endpoint of its Service.
@@ -106,13 +108,11 @@ class MemberState:
     deployment_drained: bool = True
     #: ``spec.runtime``: which idle probe understands it.
     runtime: str = RUNTIME_LLAMACPP
-    #: It carries this pool's grant (``inference.modelpool.dev/granted-by``): it may run.
-    granted: bool = False
 
     @property
     def ready(self) -> bool:
-        """Serving as an owner should: Ready and wanted up."""
-        return self.found and self.replicas != 0 and self.phase == ISVC_READY
+        """Serving as an owner should: Ready and not released."""
+        return self.found and self.slot != SLOT_RELEASED and self.phase == ISVC_READY
 
     @property
     def serving(self) -> bool:
@@ -121,13 +121,9 @@ class MemberState:
 
     @property
     def released(self) -> bool:
-        """Holds nothing of the slot: wanted at 0 without a grant, Deployment at 0, no pod left."""
+        """Holds nothing of the slot: released, its Deployment at 0, no pod left."""
         return (
-            self.found
-            and self.replicas == 0
-            and not self.granted
-            and self.deployment_drained
-            and self.pods == 0
+            self.found and self.slot == SLOT_RELEASED and self.deployment_drained and self.pods == 0
         )
 
 
@@ -137,11 +133,11 @@ def missing_members(members: Mapping[str, MemberState]) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What to do now: probe then maybe scale down, scale down, scale the owner up."""
+    """What to do now: probe then maybe release, release, grant the owner."""
 
     probe: tuple[str, ...] = ()
-    scale_down: tuple[str, ...] = ()
-    scale_up: str | None = None
+    release: tuple[str, ...] = ()
+    grant: str | None = None
     #: Members other than the owner that still hold (part of) the slot.
     holding: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
@@ -153,24 +149,32 @@ def plan_actions(members: Mapping[str, MemberState], owner: str | None) -> Plan:
     if missing:
         return Plan(missing=missing)
     probe: list[str] = []
-    scale_down: list[str] = []
+    release: list[str] = []
     holding: list[str] = []
     for name, state in members.items():
         if name == owner:
             continue
         if not state.released:
             holding.append(name)
-        if state.replicas == 0:
-            if state.granted:
-                scale_down.append(name)  # already at 0: the write only revokes the grant
+        if state.slot == SLOT_RELEASED:
             continue
-        (probe if state.serving else scale_down).append(name)
-    scale_up = None
-    if owner is not None and not holding:
-        mine = members[owner]
-        if mine.replicas == 0 or not mine.granted:
-            scale_up = owner
-    return Plan(tuple(probe), tuple(scale_down), scale_up, tuple(holding))
+        (probe if state.serving else release).append(name)
+    grant = None
+    if owner is not None and not holding and members[owner].slot != SLOT_GRANTED:
+        grant = owner
+    return Plan(tuple(probe), tuple(release), grant, tuple(holding))
+
+
+def decided_slots(
+    members: Mapping[str, MemberState], released: Sequence[str], granted: str | None
+) -> dict[str, str | None]:
+    """Every member's slot after this reconcile: as last written, ``released`` ones Released,
+    ``granted`` Granted. The one write of the pool's decision (``status.members[].slot``)."""
+    slots = {name: state.slot for name, state in members.items() if state.found}
+    slots.update(dict.fromkeys(released, SLOT_RELEASED))
+    if granted is not None:
+        slots[granted] = SLOT_GRANTED
+    return slots
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,13 +196,19 @@ class PoolView:
     now: datetime | None = field(default=None, compare=False)
     #: Every replica's held demand for members other than the resident (``status.waiting``).
     waiting: Sequence[WaitingDemand] = ()
+    #: The slots decided (:func:`decided_slots`); None: as last written.
+    slots: Mapping[str, str | None] | None = None
 
 
-def _members_phase(members: Mapping[str, MemberState], resident: str | None) -> list[MemberStatus]:
+def _members_phase(
+    members: Mapping[str, MemberState], resident: str | None, slots: Mapping[str, str | None]
+) -> list[MemberStatus]:
     out = []
     for name, state in members.items():
         phase = (state.phase or MEMBER_UNKNOWN) if state.found else MEMBER_NOT_FOUND
-        out.append(MemberStatus(name=name, phase=phase, resident=name == resident))
+        out.append(
+            MemberStatus(name=name, phase=phase, resident=name == resident, slot=slots.get(name))
+        )
     return out
 
 
@@ -209,7 +219,7 @@ def _slot_condition(view: PoolView) -> tuple[str, str, str]:
         return FALSE, REASON_MEMBERS_NOT_FOUND, "members are missing; no replica is changed"
     if owner is None:
         return FALSE, REASON_COLD, "no member is requested, resident or default: the pool is cold"
-    draining = [n for n in plan.holding if members[n].replicas != 0]
+    draining = [n for n in plan.holding if members[n].slot != SLOT_RELEASED]
     if draining:
         return FALSE, REASON_DRAINING, f"{owner} waits for {', '.join(draining)} to drain"
     if plan.holding:
@@ -251,7 +261,8 @@ def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
     status.phase = phase
     status.resident_member = resident
     status.pending_member = pending
-    status.members = _members_phase(members, resident)
+    slots = view.slots if view.slots is not None else {n: m.slot for n, m in members.items()}
+    status.members = _members_phase(members, resident, slots)
     status.waiting = [w for w in view.waiting if w.member != resident]
     status.observed_generation = generation
 

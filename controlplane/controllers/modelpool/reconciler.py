@@ -11,32 +11,27 @@ Each reconcile reads everything from the caches and acts in three steps:
    a valid activation intent (the pool's Lease, see :mod:`controlplane.api.v1alpha1.activation`),
    else the resident (sticky), else ``default``, else nobody. Expiry of the intent is judged on our
    clock (:class:`~.intent.LeaseObserver`).
-2. **Plan and act** (:func:`~.plan.plan_actions`). Non-owners are drained: one that serves
-   requests goes to ``replicas: 0`` only after its idle probe (llama.cpp ``GET /slots``,
+2. **Plan** (:func:`~.plan.plan_actions`). Non-owners are released: one that serves requests
+   only after its idle probe (llama.cpp ``GET /slots``,
    :class:`~controlplane.probes.llamacpp.SlotsProbe`) says idle on every ready endpoint; busy is
    ``PodsBusy``, anything unproven is ``IdleCheckFailed``, and both defer the drain
    (``SwapDeferred=True``, a Warning event, a re-probe after :data:`~.plan.DEFER_REQUEUE_SECONDS`:
-   ``/slots`` changes produce no watch event). The owner goes to ``replicas: 1`` only when every
-   other member is at 0 with no pod left, Terminating included. A member that does not exist
-   makes the pool Degraded and no replica is changed.
-3. **Status** (:func:`~.plan.pool_status`), written through the status subresource only when it
-   differs, with the cached ``resourceVersion``; events for a swap started, completed or
-   abandoned, a deferral, and degradation (:func:`~.plan.transitions`).
+   ``/slots`` changes produce no watch event). The owner is granted the slot only when every
+   other member is released with its Deployment at 0 and no pod left, Terminating included. A
+   member that does not exist makes the pool Degraded and no slot is changed.
+3. **Status** (:func:`~.plan.pool_status`): the decision and what was seen, in one write through
+   the status subresource, only when it differs, with the cached ``resourceVersion``; events for
+   a swap started, completed or abandoned, a deferral, and degradation (:func:`~.plan.transitions`).
 
-**The pool is the only authority on its members' replicas** (docs/modelpool.md, "grant"): the
-write that sets the owner's ``replicas: 1`` also grants it the slot
-(``inference.modelpool.dev/granted-by: <pool>``, :mod:`~.grant`), and the write that sets a member
-to 0 revokes it. The InferenceService
-controller never raises a member's Deployment without that grant, so a member
-whose ``replicas`` is unset (= 1) does not run merely for being applied.
+**The pool is the only authority on its members' replicas, and its decision lives in its own
+status** (docs/modelpool.md, "grant"): ``status.members[].slot`` is ``Granted`` or ``Released``
+(:mod:`~.grant`); the InferenceService controller sizes the member's Deployment from it and never
+raises one without the grant. No field of a member is written, so re-applying members with
+``kubectl apply``, Helm or Argo CD moves nothing, and a member whose ``replicas`` is unset (= 1)
+does not run merely for being applied.
 
-**Writes are optimistic.** A member is scaled by an update of the cached InferenceService, which
-carries its ``resourceVersion``: if anyone wrote it since (an activator scaling a failed target
-down, another controller), the API server answers 409. That is a ``MemberWriteConflict``
-(:class:`MemberWriteConflict`): counted in ``modelpool_member_write_conflicts_total{pool,member}``,
-recorded as a Warning event on the pool, and the key is requeued, so the next reconcile decides
-again on the newer object; the refused write is never repeated as it was. Status writes are
-guarded the same way.
+**Writes are optimistic.** The status write carries the cached ``resourceVersion``: a 409 means our
+cache was stale, and the key is requeued to decide again on the newer pool.
 
 **Driven by watches** (docs/modelpool.md): pools, their members, the members' Deployments, pods
 (``inference.modelpool.dev/inferenceservice`` label) and EndpointSlices
@@ -63,7 +58,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -80,13 +74,13 @@ from controlplane.api.v1alpha1.modelpool import (
     PHASE_READY,
     PHASE_SWAPPING,
     PHASES,
+    SLOT_RELEASED,
     WaitingDemand,
     parse_duration,
 )
 from controlplane.controllers.inferenceservice.desired import ISVC_LABEL
-from controlplane.controllers.memberwrites import MEMBER_WRITE_CONFLICTS
 from controlplane.controllers.modelpool import metrics
-from controlplane.controllers.modelpool.grant import granted_by, lists_member, set_grant
+from controlplane.controllers.modelpool.grant import lists_member, member_slot
 from controlplane.controllers.modelpool.intent import LeaseObserver, Owner, choose_owner
 from controlplane.controllers.modelpool.phases import PhaseSpan, SwapPhases
 from controlplane.controllers.modelpool.plan import (
@@ -94,9 +88,9 @@ from controlplane.controllers.modelpool.plan import (
     MemberState,
     PoolView,
     all_idle,
+    decided_slots,
     deferral_from,
     deployment_drained,
-    owner_why,
     plan_actions,
     pool_status,
     requeue_result,
@@ -125,26 +119,6 @@ CONTROLLER_NAME: Final = "modelpool"
 EVENT_REPORTER: Final = "modelpool-operator/modelpool"
 #: Probes per pool run concurrently; members are at most 32 (the API's bound).
 MAX_CONCURRENT_RECONCILES: Final = 4
-#: The Event reason (and outcome name) of a member write refused with 409.
-REASON_MEMBER_WRITE_CONFLICT: Final = "MemberWriteConflict"
-
-
-@dataclass(frozen=True, slots=True)
-class MemberWriteConflict:
-    """A member write the API server refused with 409: someone wrote the member after our cache
-    saw it. Not an error to retry: the key is requeued and decided again on the newer object."""
-
-    pool: str
-    member: str
-    replicas: int
-    detail: str
-
-    @property
-    def message(self) -> str:
-        return (
-            f"setting {self.member} to replicas {self.replicas} was refused: it changed since it "
-            f"was read ({self.detail}); deciding again on the newer object"
-        )
 
 
 class ModelPoolReconciler:
@@ -191,17 +165,17 @@ class ModelPoolReconciler:
             store.index_keys(NAMESPACE_INDEX, namespace)
         )
 
-    def member_state(self, namespace: str, name: str, pool: str = "") -> MemberState:
-        """``name`` as the caches show it; ``granted`` when it carries the grant of ``pool``."""
+    def member_state(self, pool: Object, name: str) -> MemberState:
+        """``name`` as the caches show it, with ``pool``'s last written decision about it."""
+        namespace = pool["metadata"].get("namespace") or ""
         isvc = self.inference_services.store.get(f"{namespace}/{name}")
         if isvc is None:
-            return MemberState(name, found=False, replicas=0)
+            return MemberState(name, found=False)
         spec = isvc.get("spec") or {}
-        replicas = spec.get("replicas")
         pods = self._in_namespace(self.pods, f"{ISVC_LABEL}={name}", namespace)
         return MemberState(
             name,
-            replicas=1 if replicas is None else int(replicas),
+            slot=member_slot(pool, name),
             runtime=str(spec.get("runtime") or RUNTIME_LLAMACPP),
             phase=(isvc.get("status") or {}).get("phase"),
             urls=tuple(member_urls(self.endpoint_slices.store, namespace, name)),
@@ -209,7 +183,6 @@ class ModelPoolReconciler:
             deployment_drained=deployment_drained(
                 self.deployments.store.get(f"{namespace}/{name}")
             ),
-            granted=bool(pool) and granted_by(isvc) == pool,
         )
 
     # -- tracing -----------------------------------------------------------------------------------
@@ -258,7 +231,7 @@ class ModelPoolReconciler:
             return Result()
         namespace = request.namespace
         names = pool.spec.member_names()
-        members = {name: self.member_state(namespace, name, request.name) for name in names}
+        members = {name: self.member_state(obj, name) for name in names}
         lease = self.leases.store.get(f"{namespace}/{pool_lease_name(request.name)}")
         intent = self.observer.intent(lease)
         owner = choose_owner(names, pool.spec.default, pool.status.resident_member, intent)
@@ -274,35 +247,28 @@ class ModelPoolReconciler:
             },
         ) as decision:
             deferral = None
-            scale_down = list(plan.scale_down)
+            release = list(plan.release)
             if plan.probe:
                 reports = await self._probe_members(members, plan.probe)
-                scale_down += [m for m in plan.probe if all_idle(reports[m])]
+                release += [m for m in plan.probe if all_idle(reports[m])]
                 deferral = deferral_from({m: r for m, r in reports.items() if not all_idle(r)})
-            decision.set_attribute("modelpool.drain", scale_down)
-            decision.set_attribute("modelpool.owner_up", plan.scale_up is not None)
+            decision.set_attribute("modelpool.drain", release)
+            decision.set_attribute("modelpool.owner_up", plan.grant is not None)
             if deferral is not None:
                 decision.set_attribute("modelpool.deferred", deferral.reason)
                 metrics.DRAIN_DEFERRALS.labels(namespace, request.name, deferral.reason).inc()
-        writes = [(name, 0) for name in scale_down]
-        if plan.scale_up is not None:
+        if plan.grant is not None:
             self._record_phase(
                 namespace,
                 request.name,
-                self.phases.owner_may_go_up(key, plan.scale_up, time.time_ns()),
+                self.phases.owner_may_go_up(key, plan.grant, time.time_ns()),
             )
-            writes.append((plan.scale_up, 1))
-        for name, replicas in writes:
-            if not await self._scale(obj, name, replicas, owner):
-                return Result(requeue=True)  # the watch brings the newer member; decide again
-            if replicas == 0:
-                self.phases.drained(key, name, owner.name, time.time_ns())
-            else:
-                self.phases.raised(key, name, time.time_ns())
+        slots = decided_slots(members, release, plan.grant)
 
         now = datetime.now(UTC)
         waiting = self.waiting(namespace, request.name, names, pool.status.resident_member)
-        status = pool_status(pool, PoolView(members, owner, plan, deferral, now, waiting))
+        view = PoolView(members, owner, plan, deferral, now, waiting, slots)
+        status = pool_status(pool, view)
         if status.phase == PHASE_READY:
             phase = self.phases.owner_ready(key, status.resident_member, time.time_ns())
             self._record_phase(namespace, request.name, phase)
@@ -310,13 +276,25 @@ class ModelPoolReconciler:
         if status_changed(pool.status, status):
             previous = pool.status
             pool.status = status
-            try:
-                await self.client.update_status(ModelPool.resource(), pool.to_dict())
-                self._superseded[key] = obj["metadata"].get("resourceVersion")
-            except Conflict:
-                return Result(requeue=True)  # our cache was stale; the watch brings the new one
-            except NotFound:
-                return Result()
+            released = [m for m in release if members[m].slot != SLOT_RELEASED]
+            attributes = {
+                "k8s.namespace.name": namespace,
+                "modelpool.pool": request.name,
+                "modelpool.released": released,
+                "modelpool.granted": plan.grant or "",
+            }
+            with tracer.start_as_current_span("write status", attributes=attributes) as span:
+                try:
+                    await self.client.update_status(ModelPool.resource(), pool.to_dict())
+                    self._superseded[key] = obj["metadata"].get("resourceVersion")
+                except Conflict:
+                    span.set_attribute("modelpool.outcome", "Conflict")
+                    return Result(requeue=True)  # our cache was stale; the watch brings it
+                except NotFound:
+                    span.set_attribute("modelpool.outcome", "NotFound")
+                    return Result()
+                span.set_attribute("modelpool.outcome", "written")
+            self._decided(key, owner.name, released, plan.grant)
             self._record_transitions(obj, previous, status, owner, now)
             resident = status.resident_member
             if resident and resident != previous.resident_member:
@@ -372,38 +350,21 @@ class ModelPoolReconciler:
             results.sort()
         return reports
 
-    async def _scale(self, pool: Object, name: str, replicas: int, owner: Owner) -> bool:
-        """Set a member's ``spec.replicas`` and its grant (given with 1, revoked with 0) in one
-        update of the cached object, whose ``resourceVersion`` makes the write optimistic; False
-        when it was refused (409: :meth:`_conflict`) or the member is gone."""
-        meta = pool["metadata"]
-        key = f"{meta.get('namespace')}/{meta['name']}"
-        isvc = self.inference_services.store.get(f"{meta.get('namespace')}/{name}")
-        if isvc is None:
-            return False
-        isvc.setdefault("spec", {})["replicas"] = replicas
-        set_grant(isvc, meta["name"] if replicas else None)
-        attributes = {
-            "k8s.namespace.name": str(meta.get("namespace") or ""),
-            "modelpool.pool": meta["name"],
-            "modelpool.member": name,
-            "modelpool.replicas": replicas,
-        }
-        with tracer.start_as_current_span("scale", attributes=attributes) as span:
-            try:
-                await self.client.update(InferenceService.resource(), isvc)
-            except Conflict as err:
-                span.set_attribute("modelpool.outcome", REASON_MEMBER_WRITE_CONFLICT)
-                self._conflict(pool, MemberWriteConflict(meta["name"], name, replicas, str(err)))
-                return False
-            except NotFound:
-                span.set_attribute("modelpool.outcome", "NotFound")
-                log.info("%s: %s is gone; requeued", key, name)
-                return False
-            span.set_attribute("modelpool.outcome", "written")
-        why = "drained" if replicas == 0 else f"the owner, {owner_why(owner)}"
-        log.info("%s: %s scaled to %d: %s", key, name, replicas, why)
-        return True
+    def _decided(
+        self,
+        key: str,
+        owner: str | None,
+        released: Sequence[str],
+        granted: str | None,
+    ) -> None:
+        """What a written status changed of the slot: the swap's phases move, and it is logged."""
+        now = time.time_ns()
+        for name in released:
+            self.phases.drained(key, name, owner, now)
+            log.info("%s: %s released: drained", key, name)
+        if granted is not None:
+            self.phases.raised(key, granted, now)
+            log.info("%s: %s granted the slot", key, granted)
 
     # -- metrics -------------------------------------------------------------------------------
 
@@ -443,14 +404,6 @@ class ModelPoolReconciler:
         for family, labels in removals:
             with contextlib.suppress(KeyError):
                 family.remove(*labels)
-
-    def _conflict(self, pool: Object, conflict: MemberWriteConflict) -> None:
-        """A ``MemberWriteConflict`` made visible: counted, logged, a Warning event on the pool."""
-        MEMBER_WRITE_CONFLICTS.labels(pool=conflict.pool, member=conflict.member).inc()
-        log.info("%s: %s: %s", conflict.pool, REASON_MEMBER_WRITE_CONFLICT, conflict.message)
-        self.recorder.event(
-            pool, "Warning", REASON_MEMBER_WRITE_CONFLICT, "ScaleMember", conflict.message
-        )
 
     def _record_transitions(
         self,

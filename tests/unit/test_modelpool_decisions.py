@@ -1,6 +1,7 @@
-"""The pool controller's member writes: optimistic, granting with 1 and revoking with 0, and a 409
-made a named outcome (``MemberWriteConflict``): counted, a Warning event, the key requeued, the
-refused write not repeated."""
+"""The pool controller's decisions are written into the pool's own status, never into a member:
+optimistic (the cached ``resourceVersion``), a 409 requeued and not repeated blindly, the grant
+given only once every other member is released, and a drain whose idle check failed deferred, never
+forced."""
 
 from __future__ import annotations
 
@@ -12,9 +13,7 @@ import pytest
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
 from controlplane.api.v1alpha1.activation import new_pool_lease
 from controlplane.api.v1alpha1.inferenceservice import RUNTIME_LLAMACPP
-from controlplane.controllers.memberwrites import MEMBER_WRITE_CONFLICTS_NAME
-from controlplane.controllers.modelpool import REASON_MEMBER_WRITE_CONFLICT, ModelPoolReconciler
-from controlplane.controllers.modelpool.grant import granted_by
+from controlplane.controllers.modelpool import ModelPoolReconciler
 from controlplane.controllers.modelpool.intent import LeaseObserver
 from controlplane.probes.idle import IdleOutcome, IdleReport
 from controlplane.runtime.client import KubeClient
@@ -22,7 +21,6 @@ from controlplane.runtime.controller import Request, Result
 from controlplane.runtime.errors import Conflict
 from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
-from controlplane.runtime.metrics import REGISTRY
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, LEASES, PODS, Resource
 
 Object = dict[str, Any]
@@ -30,7 +28,8 @@ NS = "ns"
 
 
 class FakeApi:
-    """Member updates answer 409 while ``conflicts`` lasts; every update and status write kept."""
+    """Status writes answer 409 while ``conflicts`` lasts; every write is kept. A member update
+    is recorded too: there must be none."""
 
     def __init__(self, conflicts: int = 0) -> None:
         self.conflicts = conflicts
@@ -39,13 +38,13 @@ class FakeApi:
 
     async def update(self, resource: Resource, obj: Object) -> Object:
         self.updates.append(copy.deepcopy(obj))
-        if self.conflicts > 0:
-            self.conflicts -= 1
-            raise Conflict(409, "Conflict", "the object has been modified; please apply again")
         return obj
 
     async def update_status(self, resource: Resource, obj: Object) -> Object:
         self.status_writes.append(copy.deepcopy(obj))
+        if self.conflicts > 0:
+            self.conflicts -= 1
+            raise Conflict(409, "Conflict", "the object has been modified; please apply again")
         return obj
 
 
@@ -57,17 +56,18 @@ class Events:
         self.seen.append((regarding["metadata"]["name"], type_, reason, note))
 
 
-def member(name: str, replicas: int, grant: str | None = None) -> Object:
+def member(name: str, replicas: int = 1) -> Object:
     meta: Object = {"name": name, "namespace": NS, "resourceVersion": f"7{len(name)}"}
-    if grant is not None:
-        meta["annotations"] = {"inference.modelpool.dev/granted-by": grant}
     return {"apiVersion": "inference.modelpool.dev/v1alpha1", "kind": "InferenceService",
             "metadata": meta, "spec": {"model": {"name": name, "source": "/m"},
                                        "replicas": replicas}}  # fmt: skip
 
 
-def reconciler(api: FakeApi, events: Events, pool: str, *members: Object) -> ModelPoolReconciler:
-    """A reconciler over caches holding ``pool`` (members a and b, default a) and ``members``."""
+def reconciler(
+    api: FakeApi, events: Events, pool: str, *members: Object, slots: dict[str, str] | None = None
+) -> ModelPoolReconciler:
+    """A reconciler over caches holding ``pool`` (members a and b, default a, its decision
+    ``slots``) and ``members``."""
     client = cast(Any, api)  # the informers are never run: only their stores are read
 
     def informer(resource: Resource, *objects: Object) -> Informer:
@@ -81,7 +81,9 @@ def reconciler(api: FakeApi, events: Events, pool: str, *members: Object) -> Mod
                              "resourceVersion": "5"},
                 "spec": {"members": [{"inferenceServiceRef": {"name": "a"}},
                                      {"inferenceServiceRef": {"name": "b"}}],
-                         "default": "a"}}  # fmt: skip
+                         "default": "a"},
+                "status": {"members": [{"name": n, "slot": v}
+                                       for n, v in (slots or {}).items()]}}  # fmt: skip
     return ModelPoolReconciler(
         cast(KubeClient, api),
         cast(EventRecorder, events),
@@ -96,56 +98,66 @@ def reconciler(api: FakeApi, events: Events, pool: str, *members: Object) -> Mod
     )
 
 
-def conflicts(pool: str, name: str) -> float:
-    labels = {"pool": pool, "member": name}
-    return REGISTRY.get_sample_value(f"{MEMBER_WRITE_CONFLICTS_NAME}_total", labels) or 0.0
+def slots_written(api: FakeApi) -> dict[str, str | None]:
+    return {m["name"]: m.get("slot") for m in api.status_writes[-1]["status"]["members"]}
+
+
+def cache_written(reconciler: ModelPoolReconciler, api: FakeApi, version: str) -> None:
+    """The watch brings the pool with the status just written."""
+    written = copy.deepcopy(api.status_writes[-1])
+    written["metadata"]["resourceVersion"] = version
+    reconciler.pools.store.upsert(written)
 
 
 @pytest.mark.anyio
-async def test_a_409_on_a_member_write_is_a_member_write_conflict() -> None:
+async def test_a_409_on_the_decision_requeues_and_is_not_repeated() -> None:
     api, events = FakeApi(conflicts=1), Events()
     pool = "conflicted"
-    before = conflicts(pool, "a")
-    owner_up = reconciler(api, events, pool, member("a", 0), member("b", 0))
+    owner_up = reconciler(api, events, pool, member("a"), member("b"))
 
     result = await owner_up.reconcile(Request(NS, pool))
 
     assert result == Result(requeue=True)
-    assert len(api.updates) == 1, "the refused write was retried blindly"
-    assert api.updates[0]["metadata"]["resourceVersion"] == "71", "the write was not optimistic"
-    assert conflicts(pool, "a") == before + 1
-    assert conflicts(pool, "b") == 0
-    ((regarding, type_, reason, note),) = events.seen
-    assert (regarding, type_, reason) == (pool, "Warning", REASON_MEMBER_WRITE_CONFLICT)
-    assert "setting a to replicas 1" in note
-    assert api.status_writes == [], "status was written on a snapshot known to be stale"
+    assert len(api.status_writes) == 1, "the refused write was retried blindly"
+    assert api.status_writes[0]["metadata"]["resourceVersion"] == "5", "not optimistic"
+    assert api.updates == [], "a member was written"
 
 
 @pytest.mark.anyio
-async def test_the_owner_write_grants_and_the_drain_write_revokes() -> None:
+async def test_the_grant_waits_until_every_other_member_is_released() -> None:
     api, events = FakeApi(), Events()
     pool = "granting"
-    # b is set to 0 by hand but keeps the grant; a (the default) asks to run without one
-    owner_up = reconciler(api, events, pool, member("a", 1), member("b", 0, grant=pool))
+    # b holds the grant (its Deployment already at 0); a, the default, is the owner
+    owner_up = reconciler(api, events, pool, member("a"), member("b"), slots={"b": "Granted"})
 
     await owner_up.reconcile(Request(NS, pool))
 
-    assert [(u["metadata"]["name"], u["spec"]["replicas"], granted_by(u)) for u in api.updates] == [
-        ("b", 0, None)
-    ], "the owner went up while another member still held the grant"
-    # the watch brings b back, and the pool with the status just written
-    owner_up.inference_services.store.upsert(member("b", 0))
-    written = api.status_writes[-1]
-    written["metadata"]["resourceVersion"] = "6"
-    owner_up.pools.store.upsert(written)
-    api.updates.clear()
+    assert slots_written(api) == {"a": None, "b": "Released"}, (
+        "the owner was granted while another member still held the grant"
+    )
+    cache_written(owner_up, api, "6")
 
     await owner_up.reconcile(Request(NS, pool))
 
-    assert [(u["metadata"]["name"], u["spec"]["replicas"], granted_by(u)) for u in api.updates] == [
-        ("a", 1, pool)
-    ]
-    assert conflicts(pool, "a") == 0
+    assert slots_written(api) == {"a": "Granted", "b": "Released"}
+    assert api.updates == [], "a member was written: the decision is the pool's status alone"
+    assert [e for e in events.seen if e[1] == "Warning"] == [], "a warning on the happy path"
+
+
+@pytest.mark.anyio
+async def test_a_member_with_pods_left_holds_the_grant_back() -> None:
+    """b is released but a pod of it is still Terminating: the GPU is not free yet."""
+    api, events = FakeApi(), Events()
+    pool = "terminating"
+    owner_up = reconciler(api, events, pool, member("a"), member("b"), slots={"b": "Released"})
+    owner_up.pods.store.upsert(
+        {"metadata": {"name": "b-0", "namespace": NS,
+                      "labels": {"inference.modelpool.dev/inferenceservice": "b"}}}
+    )  # fmt: skip
+
+    await owner_up.reconcile(Request(NS, pool))
+
+    assert slots_written(api) == {"a": None, "b": "Released"}
 
 
 class FailingProbe:
@@ -165,8 +177,8 @@ async def test_a_failed_idle_check_defers_the_drain_and_never_forces_it() -> Non
     prove a idle: a must not be written (no drain, no owner up), the pool says IdleCheckFailed."""
     api, events, probe = FakeApi(), Events(), FailingProbe()
     pool = "deferring"
-    resident = {**member("a", 1, grant=pool), "status": {"phase": "Ready"}}
-    owner = reconciler(api, events, pool, resident, member("b", 0))
+    resident = {**member("a"), "status": {"phase": "Ready"}}
+    owner = reconciler(api, events, pool, resident, member("b"), slots={"a": "Granted"})
     owner.probes = {RUNTIME_LLAMACPP: probe}
     owner.endpoint_slices.store.upsert(
         {
@@ -185,12 +197,13 @@ async def test_a_failed_idle_check_defers_the_drain_and_never_forces_it() -> Non
     owner.observer.on_add(lease, True)
     cached = owner.pools.store.get(f"{NS}/{pool}")
     assert cached is not None
-    owner.pools.store.upsert({**cached, "status": {"residentMember": "a"}})
+    owner.pools.store.upsert({**cached, "status": {**cached["status"], "residentMember": "a"}})
 
     result = await owner.reconcile(Request(NS, pool))
 
     assert probe.probed == ["http://127.0.0.1:18080"]
-    assert api.updates == [], "a member was scaled although its idle check failed"
+    assert api.updates == []
+    assert slots_written(api) == {"a": "Granted", "b": None}, "a was released unproven idle"
     status = api.status_writes[-1]["status"]
     deferred = next(c for c in status["conditions"] if c["type"] == "SwapDeferred")
     assert (deferred["status"], deferred["reason"]) == ("True", "IdleCheckFailed")
