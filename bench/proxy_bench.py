@@ -728,10 +728,12 @@ def swap_phases(seen: list[Seen], t0: float, answered: float, old: str, new: str
             and (meta.get("annotations") or {}).get(TARGET_ANNOTATION) == new
         )
 
-    def replicas(name: str, value: int) -> Any:
+    def slot(name: str, value: str) -> Any:
+        """The pool's decision about ``name`` (its ``status.members[].slot``) reads ``value``."""
+
         def test(s: Seen) -> bool:
-            spec = s.obj.get("spec") or {}
-            return s.obj["metadata"]["name"] == name and spec.get("replicas") == value
+            members = (s.obj.get("status") or {}).get("members") or ()
+            return any(m.get("name") == name and m.get("slot") == value for m in members)
 
         return test
 
@@ -763,9 +765,9 @@ def swap_phases(seen: list[Seen], t0: float, answered: float, old: str, new: str
     marks = {
         "claim": _first(seen, t0, "lease", lease_claimed),
         "swap_started_event": _first(seen, t0, "event", event("SwapStarted")),
-        "old_scaled_to_0": _first(seen, t0, "isvc", replicas(old, 0)),
+        "old_released": _first(seen, t0, "pool", slot(old, "Released")),
         "old_pod_gone": _first(seen, t0, "pod", pod_of(old, "DELETED")),
-        "owner_scaled_to_1": _first(seen, t0, "isvc", replicas(new, 1)),
+        "owner_granted": _first(seen, t0, "pool", slot(new, "Granted")),
         "new_pod_created": _first(seen, t0, "pod", pod_of(new, "ADDED")),
         "new_endpoint_ready": _first(seen, t0, "slice", slice_ready),
         "new_isvc_ready": _first(seen, t0, "isvc", isvc_ready),
@@ -792,10 +794,10 @@ def split(marks: Object) -> dict[str, float | None]:
     out: dict[str, float | None] = {
         "hold": hold,
         "claim": marks["claim"],
-        "drain_wait": between("claim", "old_scaled_to_0"),
-        "old_pods_gone": between("old_scaled_to_0", "old_pod_gone"),
-        "owner_scaled": between("old_pod_gone", "owner_scaled_to_1"),
-        "pod_created": between("owner_scaled_to_1", "new_pod_created"),
+        "drain_wait": between("claim", "old_released"),
+        "old_pods_gone": between("old_released", "old_pod_gone"),
+        "owner_scaled": between("old_pod_gone", "owner_granted"),
+        "pod_created": between("owner_granted", "new_pod_created"),
         "member_load": load,
         "ready_seen": ready_seen - marks["new_endpoint_ready"]
         if ready_seen is not None and marks.get("new_endpoint_ready") is not None

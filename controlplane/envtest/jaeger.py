@@ -245,7 +245,7 @@ def waterfall(trace: Mapping[str, Any]) -> list[WaterfallRow]:
 
 
 #: Spans that are only worth showing when something happened under them.
-_BUSY_WORK: Final = ("slots probe", "scale")
+_BUSY_WORK: Final = ("slots probe", "write status")
 
 
 def compact(rows: Sequence[WaterfallRow]) -> tuple[list[WaterfallRow], int]:
@@ -280,11 +280,12 @@ NOISE_PREFIXES: Final = ("kube ",)
 
 
 def note(row: WaterfallRow) -> str:
-    """The few attributes that say what a span did: the member, a write's replicas, an outcome."""
+    """The few attributes that say what a span did: the member, a decision, an outcome."""
     tags = row.tags
     member = tags.get("modelpool.member")
-    if row.name == "scale":
-        return f"{member} -> {tags.get('modelpool.replicas')}"
+    if row.name == "write status":
+        released, granted = tags.get("modelpool.released"), tags.get("modelpool.granted")
+        return f"released {released or '-'}, granted {granted or '-'}"
     parts = [str(v) for v in (member, tags.get("modelpool.outcome")) if v not in (None, "")]
     return ": ".join(parts)
 

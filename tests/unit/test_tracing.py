@@ -149,7 +149,14 @@ TRACE = {
         _span("s", "swap", 1_000_200, 4_000_000, "h"),
         _span("r1", "reconcile", 1_200_000, 10_000, "s", "p2"),
         _span(
-            "w", "scale", 1_201_000, 5_000, "r1", "p2", modelpool__member="a", modelpool__replicas=0
+            "w",
+            "write status",
+            1_201_000,
+            5_000,
+            "r1",
+            "p2",
+            modelpool__released="a",
+            modelpool__granted="",
         ),
         _span("k", "kube PUT", 1_201_500, 1_000, "w", "p2"),
     ],
@@ -167,7 +174,7 @@ def test_waterfall_orders_by_start_under_parents_with_offsets_and_depth() -> Non
         ("hold", 1, 100),
         ("swap", 2, 200),
         ("reconcile", 3, 200_000),
-        ("scale", 4, 201_000),
+        ("write status", 4, 201_000),
         ("kube PUT", 5, 201_500),
         ("reconcile", 3, 300_000),
         ("drain decision", 4, 300_100),
@@ -178,10 +185,11 @@ def test_waterfall_orders_by_start_under_parents_with_offsets_and_depth() -> Non
 def test_compact_folds_reconciles_that_changed_nothing_and_render_hides_api_calls() -> None:
     rows, folded = compact(waterfall(TRACE))
     assert folded == 1
-    assert [r.name for r in rows] == ["request", "hold", "swap", "reconcile", "scale", "kube PUT"]
+    names = [r.name for r in rows]
+    assert names == ["request", "hold", "swap", "reconcile", "write status", "kube PUT"]
     text = render_waterfall(rows)
     assert "kube PUT" not in text
-    assert "a -> 0" in text  # what the write did
+    assert "released a, granted -" in text  # what the write decided
     assert text.splitlines()[1].startswith("modelpool-router-proxy   request")
 
 

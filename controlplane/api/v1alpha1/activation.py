@@ -24,9 +24,10 @@ that name that is not a pool's.
 
 Releasing the Lease (clearing ``holderIdentity`` and the target) withdraws the intent at once; a
 holder that stops renewing loses it when the Lease expires (judged on the reader's clock,
-:class:`~controlplane.runtime.leaserecord.ExpiryObserver`). The activator never scales a member up:
-only the pool controller does, for the member it has chosen as owner. After a failed or abandoned
-swap the activator scales its target back down and releases the Lease.
+:class:`~controlplane.runtime.leaserecord.ExpiryObserver`). The activator never writes a member:
+only the pool controller decides, in its own status, granting the member it has chosen as owner.
+After a failed or abandoned swap the activator releases the Lease, and the pool, whose owner falls
+back to its resident, releases the target.
 
 Both sides (and the tests that play either) import these names and builders, so the protocol has
 one spelling and one parsing.

@@ -43,7 +43,8 @@ expire.
 **Traced as part of the request that asked** (DESIGN 4.11): a reconcile that acts on a valid intent
 carrying a ``traceparent`` is a child of the activator's ``swap`` span (:meth:`trace_parent`, which
 the framework asks before it starts the ``reconcile`` span), not a root. Inside it: ``drain
-decision`` (the plan, with one ``slots probe`` per endpoint), one ``scale`` span per member write,
+decision`` (the plan, with one ``slots probe`` per endpoint), one ``write status`` span per
+decision written (who was released, who granted),
 and the swap's waiting phases, ``wait for pods gone`` and ``owner up``, recorded with their true
 start and end (:mod:`~.phases`) under the swap's span too. A parent, not a link: a trace viewer
 draws children in the request's waterfall, where the 40 s are, while a link is a footnote.
@@ -280,7 +281,7 @@ class ModelPoolReconciler:
             attributes = {
                 "k8s.namespace.name": namespace,
                 "modelpool.pool": request.name,
-                "modelpool.released": released,
+                "modelpool.released": ", ".join(released),
                 "modelpool.granted": plan.grant or "",
             }
             with tracer.start_as_current_span("write status", attributes=attributes) as span:
