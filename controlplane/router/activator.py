@@ -277,6 +277,13 @@ class Activator:
         turn_in = self.schedule.turn_in(swap.pool, swap.member)
         return math.ceil(turn_in) + self.history.retry_after(swap.pool, swap.member, 0.0, budget)
 
+    def expected_in(self, pool: str, member: str) -> int | None:
+        """Seconds until ``member`` is likely up, as a ``Retry-After`` would say (the queue ahead
+        and the swap times measured), for a held stream's keep-alive; None when no swap to it is
+        under way on this replica."""
+        swap = self.swaps.get((pool, member))
+        return self.retry_after(swap) if swap is not None else None
+
     # -- the one public call ---------------------------------------------------------------------
 
     async def upstream(self, route: Route) -> str:

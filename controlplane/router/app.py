@@ -69,6 +69,7 @@ from controlplane.router.errors import (
     UpstreamError,
     member_error_body,
 )
+from controlplane.router.heldstream import DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS, serve_held_stream
 from controlplane.router.routing import Lookup, RoutingTable, routing_table, validate_body
 from controlplane.router.routing import Route as BackendRoute
 from controlplane.router.upstream import Upstream, UpstreamAnswer, UpstreamFailure
@@ -114,6 +115,9 @@ class ProxyContext:
     #: without, the proxied path makes no ``request`` or ``forward`` span at all (no-op spans
     #: and their context switches cost about a tenth of a request's CPU).
     tracing: bool = True
+    #: Seconds between the comments that keep a held streamed request open; 0: no keep-alive
+    #: (``--held-stream-keepalive``, :mod:`~controlplane.router.heldstream`).
+    held_stream_keepalive: float = DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS
 
 
 #: Families the proxy does not expose: it runs no controller and no leader election, but shares
@@ -339,6 +343,19 @@ class ProxyApp:
             span.set_attribute("modelpool.model", model)
             span.set_attribute("modelpool.member", route.member)
             span.set_attribute("modelpool.pool", route.pool or "")
+            if self._keeps_alive(route, body):
+                status, reason = await serve_held_stream(
+                    send,
+                    lambda: self._dispatch(path, headers, route, raw),
+                    member=route.member,
+                    interval=context.held_stream_keepalive,
+                    expected_in=lambda: self.activator.expected_in(str(route.pool), route.member),
+                )
+                span.set_attribute("modelpool.reason", reason)
+                audit(
+                    model, status, reason, "held stream", successes_at_info=context.audit_successes
+                )
+                return
             upstream, url, release = await self._dispatch(path, headers, route, raw)
         except ProxyError as err:
             await _error(err, model or "-")(scope, receive, send)
@@ -386,6 +403,16 @@ class ProxyApp:
             background=BackgroundTask(close),
         )
         await streamed(scope, receive, send)  # watches for the client leaving mid-stream
+
+    def _keeps_alive(self, route: BackendRoute, body: Mapping[str, Any]) -> bool:
+        """A streamed request for a pool member that is not ready, with keep-alive on: it is
+        answered at once and kept open while held (:mod:`~controlplane.router.heldstream`)."""
+        return (
+            self.context.held_stream_keepalive > 0
+            and route.pool is not None
+            and body.get("stream") is True
+            and self.activator.ready_url(route.pool, route.member) is None
+        )
 
     async def _dispatch(
         self, path: str, headers: dict[str, str], route: BackendRoute, raw: bytes

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import anyio
 
-from controlplane.cliargs import first_error, host_port, positive_float, positive_int
+from controlplane.cliargs import first_error, host_port, positive_float, positive_int, seconds
 from controlplane.preflight import EXIT_DENIED, PreflightDenied
 from controlplane.router.app import DEFAULT_MAX_BODY_BYTES
 from controlplane.router.demand import (
@@ -21,6 +21,7 @@ from controlplane.router.demand import (
     DEFAULT_REPORT_DURATION_SECONDS,
     DEFAULT_REPORT_INTERVAL_SECONDS,
 )
+from controlplane.router.heldstream import DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS
 from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
 from controlplane.router.settings import (
     DEFAULT_BIND_ADDRESS,
@@ -83,6 +84,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"looping back to back) (default {DEFAULT_ACTIVITY_WINDOW_SECONDS:g})",
     )
     parser.add_argument(
+        "--held-stream-keepalive",
+        type=seconds,
+        default=DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS,
+        help="seconds: a streamed request held for a pool member is answered 200 at once and kept "
+        "open with an SSE comment this often, saying when its member is expected; its errors "
+        "then come as a last data event, not a 503 (default "
+        f"{DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS:g}: off)",
+    )
+    parser.add_argument(
         "--audit-successes",
         action="store_true",
         help="log each 2xx answer's audit line at INFO (default DEBUG; errors are always INFO)",
@@ -104,6 +114,7 @@ def settings_from(args: argparse.Namespace) -> RouterProxySettings:
         demand_report_interval_seconds=args.demand_report_interval,
         demand_report_duration_seconds=args.demand_report_duration,
         activity_window_seconds=args.activity_window,
+        held_stream_keepalive_seconds=args.held_stream_keepalive,
     )
 
 

@@ -263,6 +263,7 @@ def build_router_proxy(
         generation=view.generation,
         audit_successes=settings.audit_successes,
         tracing=tracing,
+        held_stream_keepalive=settings.held_stream_keepalive_seconds,
     )
     upstream = _upstream(settings.upstream_client)
     sock = bind(*settings.bind_address)

@@ -15,6 +15,7 @@ from controlplane.router.demand import (
     DEFAULT_REPORT_DURATION_SECONDS,
     DEFAULT_REPORT_INTERVAL_SECONDS,
 )
+from controlplane.router.heldstream import DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS
 from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
 
 DEFAULT_BIND_ADDRESS = ("0.0.0.0", 8000)
@@ -52,3 +53,6 @@ class RouterProxySettings:
     demand_report_duration_seconds: int = DEFAULT_REPORT_DURATION_SECONDS
     #: A member whose last request ended less than this long ago still has demand.
     activity_window_seconds: float = DEFAULT_ACTIVITY_WINDOW_SECONDS
+    #: Seconds between the comments that keep a held streamed request open; 0: off
+    #: (:mod:`controlplane.router.heldstream`).
+    held_stream_keepalive_seconds: float = DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS
