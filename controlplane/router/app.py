@@ -21,6 +21,10 @@ layers, no request or response objects of a general HTTP client); starlette keep
 routes and the 404/405 answers. The routing table is rebuilt only when the caches it is read from
 changed (``ProxyContext.generation``).
 
+*Why one module of this size:* validation, routing, dispatch and the three shapes of an answer
+(whole, streamed, an error) share one request's state and its span; what stands apart (the held
+stream's keep-alive, the error bodies, the upstream client) has a module of its own.
+
 **Spans** (OpenTelemetry HTTP semantic conventions): each proxied request is a ``request``
 span (kind SERVER) started from the request's W3C ``traceparent``, with
 ``http.request.method``, ``url.path``, ``http.response.status_code`` and the outcome reason

@@ -91,7 +91,11 @@ async def test_operator_without_its_rbac_stops_at_start_naming_what_is_missing(
     code = await anyio.to_thread.run_sync(lambda: operator.popen.wait(timeout=90))
     output = operator.output()
     assert code == EXIT_DENIED, output
-    assert "update inferenceservices.inference.modelpool.dev" in output
+    assert "watch inferenceservices.inference.modelpool.dev" in output
+    assert "update inferenceservices/status.inference.modelpool.dev" in output
+    # Members are read, never written: the operator does not even ask to write one.
+    assert "update inferenceservices.inference.modelpool.dev" not in output
+    assert "patch inferenceservices.inference.modelpool.dev" not in output
     assert "leases.coordination.k8s.io" in output
     with pytest.raises(NotFound):  # it never campaigned
         await admin.get(LEASES, "unbound-operator", OPERATOR_NAMESPACE)

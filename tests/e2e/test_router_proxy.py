@@ -22,7 +22,7 @@ from controlplane.api.v1alpha1.activation import pool_lease_name
 from controlplane.local.system import RouterProxyProcess
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import NotFound
-from controlplane.runtime.resources import LEASES
+from controlplane.runtime.resources import DEPLOYMENTS, LEASES
 from tests.e2e.bodies import pool_body, router_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.operator_process import (
@@ -32,6 +32,7 @@ from tests.e2e.operator_process import (
     start_node,
 )
 from tests.e2e.proxies import chat, isvc_body, start_proxies
+from tests.e2e.test_modelpool import as_written, recorded, rv, slots
 from tests.e2e.waiting import eventually
 
 ISVC = InferenceService.resource()
@@ -159,11 +160,11 @@ async def test_a_member_slower_than_the_budget_is_reached_by_honouring_retry_aft
     assert answers[0].status_code == 503
     assert answers[-1].status_code == 200, answers[-1].text
     assert answers[-1].json()["model"] == "model-b"
-    assert "scaling it down" not in proxy.output()
+    assert "releasing the intent" not in proxy.output()  # never abandoned
     assert await metric_sum(f"{proxy.url}/metrics", "modelpool_swaps_total") == 1.0
 
 
-async def test_a_swap_nobody_comes_back_for_is_abandoned_scaled_down_and_released(
+async def test_a_swap_nobody_comes_back_for_is_abandoned_released_and_undone_by_the_pool(
     cluster: TestCluster,
     admin: KubeClient,
     operator: OperatorProcess,
@@ -171,22 +172,45 @@ async def test_a_swap_nobody_comes_back_for_is_abandoned_scaled_down_and_release
     tmp_path: Path,
     started: list[LocalProcess],
 ) -> None:
+    """The proxy only releases the Lease; the pool falls back to its resident a and releases b
+    itself (b is loading, not serving: at once). Nobody writes b."""
     start_node(cluster, tmp_path, started, namespace=namespace, load_seconds=1, token_seconds=0.05)
     await setup_pool(admin, namespace, "2s", b_load_seconds=60)
+    created_b = await admin.get(ISVC, "b", namespace)
     (proxy,) = await start_proxies(cluster, admin, namespace, tmp_path, started, 1)
-    async with httpx.AsyncClient(timeout=30) as http:
-        answer = await http.post(f"{proxy.url}/v1/chat/completions", json=chat("model-b"))
-    assert answer.status_code == 503, answer.text
-    assert int(answer.headers["Retry-After"]) >= 1
-    assert answer.json()["error"]["code"] == "pool_activation_timeout"
+    async with recorded(admin, namespace) as events:
+        async with httpx.AsyncClient(timeout=30) as http:
+            answer = await http.post(f"{proxy.url}/v1/chat/completions", json=chat("model-b"))
+        assert answer.status_code == 503, answer.text
+        assert int(answer.headers["Retry-After"]) >= 1
+        assert answer.json()["error"]["code"] == "pool_activation_timeout"
 
-    async def withdrawn() -> bool:
-        isvc = await admin.get(ISVC, "b", namespace)
-        return isvc["spec"].get("replicas") == 0 and await lease_holder(admin, namespace) == ""
+        async def withdrawn() -> bool:
+            pool = await admin.get(POOL, "gpu-0", namespace)
+            status = pool.get("status") or {}
+            deployment_b = await admin.get(DEPLOYMENTS, "b", namespace)
+            return (
+                await lease_holder(admin, namespace) == ""
+                and slots(pool) == {"a": "Granted", "b": "Released"}
+                and (status.get("phase"), status.get("residentMember")) == ("Ready", "a")
+                and deployment_b["spec"]["replicas"] == 0
+            )
 
-    await eventually(withdrawn, timeout=TIMEOUT, what="b scaled down and the Lease released")
-    assert "scaling it down" in proxy.output()
+        await eventually(withdrawn, timeout=TIMEOUT, what="the Lease released, the pool back to a")
+    assert "swap to b abandoned; releasing the intent" in proxy.output()
     assert await metric_sum(f"{proxy.url}/metrics", "modelpool_swaps_total") == 0.0
+
+    # What the pool did, in etcd's order: it granted b and b's Deployment was raised (b loaded);
+    # once the intent was gone it released b itself and b's Deployment went back to 0.
+    pools = [o for k, _, o in events if k == "pool" and o["metadata"]["name"] == "gpu-0"]
+    deployments_b = [o for k, _, o in events if k == "deployment" and o["metadata"]["name"] == "b"]
+    granted = next(rv(o) for o in pools if slots(o).get("b") == "Granted")
+    up = next(rv(o) for o in deployments_b if o["spec"]["replicas"] == 1)
+    released = next(rv(o) for o in pools if rv(o) > up and slots(o).get("b") == "Released")
+    down = next(rv(o) for o in deployments_b if rv(o) > up and o["spec"]["replicas"] == 0)
+    assert granted < up < released < down
+    for obj in (o for k, _, o in events if k == "isvc" and o["metadata"]["name"] == "b"):
+        assert as_written(obj) == as_written(created_b), "b was written"
 
 
 async def test_sigterm_mid_swap_answers_the_held_request_503_and_claims_nothing_more(

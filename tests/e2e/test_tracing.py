@@ -6,9 +6,11 @@ The operator (under its ServiceAccount), the node stand-in and two router-proxie
 known W3C ``traceparent``; the test then asks Jaeger's query API for that trace and checks that it
 tells the whole story: the proxy's ``request`` → ``hold`` → ``swap`` → ``lease.claim``, then
 ``forward``; the operator's ``reconcile`` spans as children of the swap (the context travelled on
-the pool's Lease), with ``drain decision`` → ``slots probe`` (a's answer), the ``scale`` writes and
-the waiting phases ``wait for pods gone`` and ``owner up``, in causal order and inside the hold. A
-second request that joins the running swap keeps its own trace and links to the swap's span.
+the pool's Lease), with ``drain decision`` → ``slots probe`` (a's answer), the ``write status``
+spans that carry the pool's decisions (a released, then b granted: the pool's own status is all it
+writes) and the waiting phases ``wait for pods gone`` and ``owner up``, in causal order and inside
+the hold. A second request that joins the running swap keeps its own trace and links to the swap's
+span.
 
 Orderings are causal (a write precedes the wait it starts; the proxy cannot see b resident before
 the operator has decided so), never durations against a clock.
@@ -16,6 +18,7 @@ the operator has decided so), never durations against a clock.
 
 from __future__ import annotations
 
+import json
 import secrets
 from pathlib import Path
 from typing import Any
@@ -42,7 +45,7 @@ EXPECTED = {
         "reconcile",
         "drain decision",
         "slots probe",
-        "scale",
+        "write status",
         "wait for pods gone",
         "owner up",
     },
@@ -70,6 +73,15 @@ def _parents(trace: dict[str, Any]) -> dict[str, str | None]:
 
 def _end(row: WaterfallRow) -> int:
     return row.start_us + row.duration_us
+
+
+def _names(tag: Any) -> list[str]:
+    """A string-array attribute as Jaeger returns it (a JSON array in a string tag)."""
+    if isinstance(tag, list):
+        return [str(v) for v in tag]
+    found = json.loads(tag) if isinstance(tag, str) and tag.startswith("[") else tag
+    assert isinstance(found, list), f"not an array: {tag!r}"
+    return [str(v) for v in found]
 
 
 async def test_a_cold_request_is_one_trace_across_proxy_and_operator(
@@ -175,11 +187,24 @@ async def test_a_cold_request_is_one_trace_across_proxy_and_operator(
         ("a", "idle")
     }
     assert all(p.tags["url.full"].endswith("/slots") for p in probes)
-    scales: dict[tuple[str, int], WaterfallRow] = {}
-    for write in sorted(spans[(OPERATOR_SERVICE, "scale")], key=lambda s: -s.start_us):
-        scales[(write.tags["modelpool.member"], write.tags["modelpool.replicas"])] = write
-    assert set(scales) == {("a", 0), ("b", 1)}  # each key holds its first write
-    assert all(parents[s.span_id] in reconcile_ids for s in spans[(OPERATOR_SERVICE, "scale")])
+    # The pool's decisions, each a write of its own status (no member is written).
+    status_writes = spans[(OPERATOR_SERVICE, "write status")]
+    assert all(parents[w.span_id] in reconcile_ids for w in status_writes)
+    assert all(w.tags["modelpool.pool"] == "gpu-0" for w in status_writes)
+    assert {w.tags["modelpool.outcome"] for w in status_writes} <= {"written", "Conflict"}
+    written = sorted(
+        (w for w in status_writes if w.tags["modelpool.outcome"] == "written"),
+        key=lambda w: w.start_us,
+    )
+    # Each decision is written once (a write from a stale cache is refused: Conflict): a
+    # released, then, in a later write, b granted; nothing else released or granted.
+    (drain,) = [w for w in written if _names(w.tags["modelpool.released"])]
+    (up,) = [w for w in written if w.tags["modelpool.granted"]]
+    assert (_names(drain.tags["modelpool.released"]), drain.tags["modelpool.granted"]) == (
+        ["a"],
+        "",
+    )
+    assert (_names(up.tags["modelpool.released"]), up.tags["modelpool.granted"]) == ([], "b")
     wait = one_of(OPERATOR_SERVICE, "wait for pods gone")
     owner_up = one_of(OPERATOR_SERVICE, "owner up")
     assert parents[wait.span_id] == swap.span_id
@@ -187,7 +212,6 @@ async def test_a_cold_request_is_one_trace_across_proxy_and_operator(
 
     # The swap's phases, in causal order, inside the hold.
     probe = min(probes, key=lambda p: p.start_us)
-    drain, up = scales[("a", 0)], scales[("b", 1)]
     claim = min((c for c in claims if c.tags.get("modelpool.outcome") == "held"), key=_end)
     assert hold.start_us <= claim.start_us
     assert claim.start_us <= probe.start_us  # the operator acts on the written intent
