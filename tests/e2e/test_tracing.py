@@ -76,12 +76,14 @@ def _end(row: WaterfallRow) -> int:
 
 
 def _names(tag: Any) -> list[str]:
-    """A string-array attribute as Jaeger returns it (a JSON array in a string tag)."""
+    """Member names from a span attribute: ``modelpool.released`` is the names joined with
+    ``", "`` (``""``: none); an array attribute (a JSON array in Jaeger's string tag) reads too."""
     if isinstance(tag, list):
         return [str(v) for v in tag]
-    found = json.loads(tag) if isinstance(tag, str) and tag.startswith("[") else tag
-    assert isinstance(found, list), f"not an array: {tag!r}"
-    return [str(v) for v in found]
+    assert isinstance(tag, str), f"not names: {tag!r}"
+    if tag.startswith("["):
+        return [str(v) for v in json.loads(tag)]
+    return [name.strip() for name in tag.split(",") if name.strip()]
 
 
 async def test_a_cold_request_is_one_trace_across_proxy_and_operator(
