@@ -16,7 +16,7 @@ from controlplane.api.v1alpha1.inferenceservice import RUNTIME_LLAMACPP
 from controlplane.controllers.modelpool import ModelPoolReconciler
 from controlplane.controllers.modelpool.intent import LeaseObserver
 from controlplane.probes.idle import IdleOutcome, IdleReport
-from controlplane.runtime.client import KubeClient
+from controlplane.runtime.client import KubeClient, ObjectList
 from controlplane.runtime.controller import Request, Result
 from controlplane.runtime.errors import Conflict
 from controlplane.runtime.events import EventRecorder
@@ -35,6 +35,15 @@ class FakeApi:
         self.conflicts = conflicts
         self.updates: list[Object] = []
         self.status_writes: list[Object] = []
+        #: Pods the API server holds, which a live LIST finds (the caches may not, yet).
+        self.pods: list[Object] = []
+        self.listed: list[str | None] = []
+
+    async def list(
+        self, resource: Resource, namespace: str | None = None, *, label_selector: str | None = None
+    ) -> ObjectList:
+        self.listed.append(label_selector)
+        return ObjectList(copy.deepcopy(self.pods), "9")
 
     async def update(self, resource: Resource, obj: Object) -> Object:
         self.updates.append(copy.deepcopy(obj))
@@ -123,6 +132,26 @@ async def test_a_409_on_the_decision_requeues_and_is_not_repeated() -> None:
     assert api.updates == [], "a member was written"
 
 
+def acknowledge(
+    reconciler: ModelPoolReconciler, api: FakeApi, pool: str, name: str, generation: int | None
+) -> None:
+    """The InferenceService controller carried out the pool's last decision about ``name``: its
+    Deployment (at ``generation``, None: none) follows, and its status says so."""
+    written = next(m for m in api.status_writes[-1]["status"]["members"] if m["name"] == name)
+    cached = reconciler.inference_services.store.get(f"{NS}/{name}")
+    assert cached is not None
+    seen = {"pool": pool, "slot": written["slot"], "since": written.get("since")}
+    if generation is not None:
+        seen["deploymentGeneration"] = generation
+    reconciler.inference_services.store.upsert({**cached, "status": {"poolDecision": seen}})
+
+
+def deployment_at_zero(name: str, generation: int) -> Object:
+    return {"metadata": {"name": name, "namespace": NS, "generation": generation},
+            "spec": {"replicas": 0},
+            "status": {"observedGeneration": generation}}  # fmt: skip
+
+
 @pytest.mark.anyio
 async def test_the_grant_waits_until_every_other_member_is_released() -> None:
     api, events = FakeApi(), Events()
@@ -135,11 +164,21 @@ async def test_the_grant_waits_until_every_other_member_is_released() -> None:
     assert slots_written(api) == {"a": None, "b": "Released"}, (
         "the owner was granted while another member still held the grant"
     )
+    since = api.status_writes[-1]["status"]["members"][1]["since"]
+    assert since, "a decision carries when it was made, for the member to acknowledge"
     cache_written(owner_up, api, "6")
 
     await owner_up.reconcile(Request(NS, pool))
+    assert slots_written(api)["a"] is None, "granted before b acknowledged its release"
+    cache_written(owner_up, api, "7")
+
+    acknowledge(owner_up, api, pool, "b", None)
+    await owner_up.reconcile(Request(NS, pool))
 
     assert slots_written(api) == {"a": "Granted", "b": "Released"}
+    assert api.listed == ["inference.modelpool.dev/inferenceservice in (b)"], (
+        "granted without a live look at the other members' pods"
+    )
     assert api.updates == [], "a member was written: the decision is the pool's status alone"
     assert [e for e in events.seen if e[1] == "Warning"] == [], "a warning on the happy path"
 
@@ -150,11 +189,75 @@ async def test_a_member_with_pods_left_holds_the_grant_back() -> None:
     api, events = FakeApi(), Events()
     pool = "terminating"
     owner_up = reconciler(api, events, pool, member("a"), member("b"), slots={"b": "Released"})
-    owner_up.pods.store.upsert(
-        {"metadata": {"name": "b-0", "namespace": NS,
-                      "labels": {"inference.modelpool.dev/inferenceservice": "b"}}}
-    )  # fmt: skip
+    pod = {"metadata": {"name": "b-0", "namespace": NS,
+                        "labels": {"inference.modelpool.dev/inferenceservice": "b"}}}  # fmt: skip
+    owner_up.pods.store.upsert(pod)
+    await owner_up.reconcile(Request(NS, pool))  # writes since for b's release
+    acknowledge(owner_up, api, pool, "b", None)
+    cache_written(owner_up, api, "6")
 
+    await owner_up.reconcile(Request(NS, pool))
+
+    assert slots_written(api) == {"a": None, "b": "Released"}
+
+
+@pytest.mark.anyio
+async def test_a_pod_the_cache_has_not_seen_holds_the_grant_back() -> None:
+    """b acknowledged its release, the cache shows no pod: the live LIST still finds one."""
+    api, events = FakeApi(), Events()
+    pool = "late-pod"
+    owner_up = reconciler(api, events, pool, member("a"), member("b"), slots={"b": "Released"})
+    await owner_up.reconcile(Request(NS, pool))
+    acknowledge(owner_up, api, pool, "b", None)
+    cache_written(owner_up, api, "6")
+    api.pods = [{"metadata": {"name": "b-0", "namespace": NS}}]
+
+    result = await owner_up.reconcile(Request(NS, pool))
+
+    assert slots_written(api)["a"] is None
+    assert result.requeue_after is not None, "a withheld grant must be looked at again"
+    api.pods = []
+    cache_written(owner_up, api, "7")
+    await owner_up.reconcile(Request(NS, pool))
+    assert slots_written(api)["a"] == "Granted"
+
+
+@pytest.mark.anyio
+async def test_a_raise_landing_after_the_release_holds_the_grant_back() -> None:
+    """The abandoned swap's race: b's raise (Deployment generation 2) lands after the pool
+    released b, and b's acknowledgement names generation 3 (its lowering). While the pool's cache
+    still shows generation 1 at 0, b is not released; once it shows 3 at 0, it is."""
+    api, events = FakeApi(), Events()
+    pool = "late-raise"
+    owner_up = reconciler(api, events, pool, member("a"), member("b"), slots={"b": "Released"})
+    owner_up.deployments.store.upsert(deployment_at_zero("b", 1))
+    await owner_up.reconcile(Request(NS, pool))
+    acknowledge(owner_up, api, pool, "b", 3)
+    cache_written(owner_up, api, "6")
+
+    await owner_up.reconcile(Request(NS, pool))
+    assert slots_written(api)["a"] is None, "granted on a Deployment older than b acknowledged"
+
+    owner_up.deployments.store.upsert(deployment_at_zero("b", 3))
+    cache_written(owner_up, api, "7")
+    await owner_up.reconcile(Request(NS, pool))
+    assert slots_written(api)["a"] == "Granted"
+
+
+@pytest.mark.anyio
+async def test_an_acknowledgement_of_an_earlier_release_does_not_count() -> None:
+    """b acknowledged a release of long ago; it was granted and released since: its new release
+    is not acknowledged yet, so nothing is granted."""
+    api, events = FakeApi(), Events()
+    pool = "stale-ack"
+    owner_up = reconciler(api, events, pool, member("a"), member("b"), slots={"b": "Granted"})
+    cached = owner_up.inference_services.store.get(f"{NS}/b")
+    assert cached is not None
+    old = {"pool": pool, "slot": "Released", "since": "2026-01-01T00:00:00.000000Z"}
+    owner_up.inference_services.store.upsert({**cached, "status": {"poolDecision": old}})
+
+    await owner_up.reconcile(Request(NS, pool))
+    cache_written(owner_up, api, "6")
     await owner_up.reconcile(Request(NS, pool))
 
     assert slots_written(api) == {"a": None, "b": "Released"}

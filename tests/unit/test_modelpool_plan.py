@@ -46,12 +46,13 @@ def loading(name: str) -> MemberState:
 
 
 def stopped(name: str) -> MemberState:
-    return MemberState(name, slot=RELEASED, phase="Stopped")
+    """Released, the release acknowledged by the member, nothing left."""
+    return MemberState(name, slot=RELEASED, acknowledged=True, phase="Stopped")
 
 
 def terminating(name: str) -> MemberState:
     """Released, its pod still Terminating (the process has not exited)."""
-    return MemberState(name, slot=RELEASED, phase="Creating", pods=1)
+    return MemberState(name, slot=RELEASED, acknowledged=True, phase="Creating", pods=1)
 
 
 def missing(name: str) -> MemberState:
@@ -128,6 +129,13 @@ def members(*states: MemberState) -> dict[str, MemberState]:
             members(MemberState("a", slot=GRANTED, phase="Stopped"), stopped("b")),
             "b",
             Plan(release=("a",), holding=("a",)),
+        ),
+        # released, nothing left, but the member has not acknowledged the release (its raise
+        # may still be landing): the owner waits
+        (
+            members(MemberState("a", slot=RELEASED, phase="Stopped"), stopped("b")),
+            "b",
+            Plan(holding=("a",)),
         ),
         # a released member stays released: no write for it again
         (members(stopped("a"), up("b")), "b", Plan()),

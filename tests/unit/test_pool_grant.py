@@ -138,6 +138,7 @@ class FakeApi:
         self.objects: dict[tuple[str, str], Object] = {}
         self.calls: list[tuple[str, str]] = []
         self.applied: list[Object] = []
+        self.statuses: list[Object] = []
 
     def put(self, resource: Resource, obj: Object) -> None:
         self.objects[(resource.plural, obj["metadata"]["name"])] = copy.deepcopy(obj)
@@ -154,12 +155,15 @@ class FakeApi:
 
     async def apply(self, resource: Resource, obj: Object, **_: Any) -> Object:
         self.calls.append(("apply", resource.plural))
+        answer = copy.deepcopy(obj)
         if resource == DEPLOYMENTS:
             self.applied.append(copy.deepcopy(obj))
-        return copy.deepcopy(obj)
+            answer["metadata"]["generation"] = 40 + len(self.applied)  # what the server gives
+        return answer
 
     async def update_status(self, resource: Resource, obj: Object) -> Object:
         self.calls.append(("status", resource.plural))
+        self.statuses.append(copy.deepcopy(obj))
         return obj
 
 
@@ -329,3 +333,29 @@ async def test_leaving_the_pool_follows_spec_replicas_again() -> None:
     world.pool(pool("gpu", "b", slots={"b": G}))  # a is removed from the pool
     await world.reconcile("a")
     assert world.deployment_replicas() == [1]
+
+
+@pytest.mark.anyio
+async def test_a_release_carried_out_is_acknowledged_with_the_generation_applied() -> None:
+    """The pool releases a (its decision of ``since``); the reconcile that lowers a's Deployment
+    echoes that decision with the generation its apply returned: what the pool waits for."""
+    since = "2026-12-01T10:00:00.000001Z"
+    world = World()
+    released = pool("gpu", "a", "b", slots={"a": R, "b": G})
+    released["status"]["members"][0]["since"] = since
+    world.pool(released)
+    world.isvc(isvc("a"))
+    world.deployments.store.upsert(deployment("a", 1))
+    await world.reconcile("a")
+    assert world.deployment_replicas() == [0]
+    seen = world.api.statuses[-1]["status"]["poolDecision"]
+    assert seen == {"pool": "gpu", "slot": R, "since": since, "deploymentGeneration": 41}
+
+
+@pytest.mark.anyio
+async def test_an_undecided_member_acknowledges_nothing() -> None:
+    world = World()
+    world.pool(pool("gpu", "a", "b"))
+    world.isvc(isvc("a"))
+    await world.reconcile("a")
+    assert "poolDecision" not in world.api.statuses[-1]["status"]

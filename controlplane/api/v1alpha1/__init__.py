@@ -9,6 +9,7 @@ from controlplane.api.v1alpha1.inferenceservice import (
     KvCacheSpec,
     KvCacheStatus,
     ModelSource,
+    PoolDecisionSeen,
 )
 from controlplane.api.v1alpha1.meta import (
     API_VERSION,
@@ -63,6 +64,7 @@ __all__ = [
     "ModelRouterStatus",
     "ModelSource",
     "ObjectMeta",
+    "PoolDecisionSeen",
     "PoolMember",
     "ProxySpec",
     "ResourceRequirements",

@@ -234,6 +234,19 @@ class KvCacheStatus(ApiObject):
 
 
 @dataclass(kw_only=True)
+class PoolDecisionSeen(ApiObject):
+    """The pool decision this InferenceService's Deployment was last sized by: the pool's
+    acknowledgement that a release has been carried out (docs/modelpool.md, "The grant")."""
+
+    pool: str | None = api_field("The ModelPool whose decision it is.", required=True)
+    slot: str | None = api_field("Its status.members[].slot: Granted or Released.")
+    since: str | None = api_field("Its status.members[].since: which decision this is.")
+    deployment_generation: int | None = api_field(
+        "The Deployment's metadata.generation once sized by it.", format="int64", minimum=0
+    )
+
+
+@dataclass(kw_only=True)
 class InferenceServiceStatus(ApiObject):
     """Observed state of an InferenceService."""
 
@@ -257,6 +270,9 @@ class InferenceServiceStatus(ApiObject):
     )
     kv_cache: KvCacheStatus | None = api_field(
         "The KV cache's last save and restore (spec.kvCache)."
+    )
+    pool_decision: PoolDecisionSeen | None = api_field(
+        "The pool decision the Deployment was last sized by, once carried out."
     )
     conditions: list[Condition] = conditions_field("Current conditions.")
 

@@ -216,6 +216,10 @@ class MemberStatus(ApiObject):
         "Released (it must not); unset: not decided, it keeps what it runs and is never raised.",
         enum=SLOTS,
     )
+    since: str | None = api_field(
+        "When the pool last changed its decision (slot) about the member, in microseconds: the "
+        "member's status.poolDecision echoes it once its Deployment follows."
+    )
 
 
 @dataclass(kw_only=True)

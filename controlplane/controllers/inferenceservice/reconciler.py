@@ -57,7 +57,12 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from controlplane.api.v1alpha1 import InferenceService, KvCacheOperation, ModelPool
+from controlplane.api.v1alpha1 import (
+    InferenceService,
+    KvCacheOperation,
+    ModelPool,
+    PoolDecisionSeen,
+)
 from controlplane.api.v1alpha1.inferenceservice import PHASE_FAILED, PHASE_PENDING
 from controlplane.clock import TimeSource
 from controlplane.controllers.children import FIELD_MANAGER, foreign_child, needs_apply
@@ -82,6 +87,7 @@ from controlplane.controllers.inferenceservice.status import (
     status_changed,
 )
 from controlplane.controllers.modelpool.grant import (
+    decision_seen,
     deployment_replicas,
     member_slots,
     withheld_by,
@@ -124,6 +130,8 @@ class Replicas:
     hold: Hold
     pools: tuple[str, ...]
     obj: Object
+    #: The pool decision ``count`` follows, to acknowledge once applied (``status.poolDecision``).
+    decision: dict[str, Any] | None = None
 
 
 class InferenceServiceReconciler:
@@ -163,6 +171,9 @@ class InferenceServiceReconciler:
         #: Keys whose Deployment we lowered and whose cached Deployment still shows it up: a
         #: reconcile on that stale cache must not save the draining pod's slots a second time.
         self._lowered: set[str] = set()
+        #: Per key, the Deployment generation our last apply returned: the cache may be older, and
+        #: an acknowledgement names at least this one.
+        self._applied: dict[str, int] = {}
         #: Pods (uids) whose restore gate we opened and whose cached copy does not show it yet: a
         #: reconcile on that stale cache must not restore them a second time.
         self._gates_opened: set[str] = set()
@@ -172,6 +183,7 @@ class InferenceServiceReconciler:
         obj = self.inference_services.store.get(key)
         if obj is None:
             self._first_seen.pop(key, None)
+            self._applied.pop(key, None)
             return Result()  # deleted: the garbage collector removes what it owned
         if obj["metadata"].get("deletionTimestamp"):
             return Result()
@@ -201,6 +213,7 @@ class InferenceServiceReconciler:
                 deployment = await self.client.apply(
                     DEPLOYMENTS, wanted, field_manager=FIELD_MANAGER, force=True
                 )
+                self._applied[key] = int(deployment["metadata"].get("generation") or 0)
                 if lowering:
                     self._lowered.add(key)
                 elif replicas.count > 0:
@@ -217,6 +230,8 @@ class InferenceServiceReconciler:
             requeue = min(requeue or replicas.hold.settle_seconds, replicas.hold.settle_seconds)
         settle = Result(requeue_after=requeue) if requeue is not None else Result()
         status = desired_status(isvc, decision, deployment, replicas.pools, replicas.count)
+        if conflict is None:
+            status.pool_decision = self._acknowledgement(key, replicas, deployment)
         if not status_changed(isvc.status, status):
             return settle
         previous = isvc.status.phase
@@ -237,6 +252,20 @@ class InferenceServiceReconciler:
                 f"phase {previous or 'unset'} -> {decision.phase}: {decision.message}",
             )
         return settle
+
+    def _acknowledgement(
+        self, key: str, replicas: Replicas, deployment: Mapping[str, Any] | None
+    ) -> PoolDecisionSeen | None:
+        """The pool decision the Deployment now follows, with the generation it was applied at
+        (docs/modelpool.md, "The grant"): what the pool waits for before it counts a release.
+        None when no pool decided about it."""
+        if replicas.decision is None:
+            return None
+        generation = None
+        if deployment is not None:
+            cached = int(deployment["metadata"].get("generation") or 0)
+            generation = max(cached, self._applied.get(key, 0))
+        return PoolDecisionSeen.from_dict({**replicas.decision, "deploymentGeneration": generation})
 
     def _replicas(
         self,
@@ -263,7 +292,8 @@ class InferenceServiceReconciler:
         settle = self._settle_seconds(f"{namespace}/{meta['name']}", meta.get("uid"))
         if not listing and count > current and settle > 0:
             count, hold = current, replace(hold, settle_seconds=settle)
-        return Replicas(count, hold, listing, obj)
+        decision = decision_seen(pools, meta["name"], None)
+        return Replicas(count, hold, listing, obj, decision)
 
     async def _confirm_raise(
         self, key: str, cached: Object, deployment: Mapping[str, Any] | None

@@ -19,12 +19,24 @@ The InferenceService controller computes its Deployment's replicas with
   raising needs the grant. A member that was running when a pool came to list it keeps running
   until the pool drains it through the idle gate like any non-owner: it is not killed unprobed.
 
+**A release counts once it is acknowledged.** The InferenceService controller raises a granted
+member after a live read of the pools, and its raise may still be on its way when the pool
+releases that member again (an abandoned swap); a pool that then saw the Deployment at 0 in its
+cache would grant another member beside the raise landing late. So every decision carries
+``status.members[].since`` (microseconds, set when the slot changes), and the InferenceService
+controller, once the Deployment follows a decision, echoes it in the member's
+``status.poolDecision`` with the Deployment's generation it applied (:func:`decision_seen`). It
+reconciles one member at a time, so by then any earlier raise of it has landed. The pool counts a
+member released only when it acknowledged exactly this release and the pool's cache shows that
+Deployment generation (:func:`acknowledged`), and grants only after a live read of the pods.
+
 Pure functions of objects (no I/O), shared by both controllers so they read the grant alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from controlplane.api.v1alpha1.modelpool import SLOT_GRANTED, SLOT_RELEASED
 from controlplane.runtime.objects import ObjectView
@@ -58,6 +70,51 @@ def member_slot(pool: ObjectView, member: str) -> str | None:
             slot = entry.get("slot")
             return str(slot) if slot in (SLOT_GRANTED, SLOT_RELEASED) else None
     return None
+
+
+def member_since(pool: ObjectView, member: str) -> str | None:
+    """When ``pool`` last changed its decision about ``member`` (``status.members[].since``)."""
+    for entry in (pool.get("status") or {}).get("members") or ():
+        if entry.get("name") == member:
+            since = entry.get("since")
+            return str(since) if since else None
+    return None
+
+
+def decision_seen(
+    pools: Iterable[ObjectView], member: str, deployment_generation: int | None
+) -> dict[str, Any] | None:
+    """The ``status.poolDecision`` that acknowledges the decision the Deployment was sized by
+    (the first pool granting it, else the first releasing it; None when undecided)."""
+    listing = listing_pools(pools, member)
+    for wanted in (SLOT_GRANTED, SLOT_RELEASED):
+        for pool in listing:
+            if member_slot(pool, member) == wanted:
+                seen: dict[str, Any] = {
+                    "pool": str(pool["metadata"]["name"]),
+                    "slot": wanted,
+                    "since": member_since(pool, member),
+                }
+                if deployment_generation is not None:
+                    seen["deploymentGeneration"] = deployment_generation
+                return seen
+    return None
+
+
+def acknowledged(
+    isvc: ObjectView, pool: str, since: str | None, deployment: ObjectView | None
+) -> bool:
+    """``isvc`` reports it carried out ``pool``'s release of ``since``, and ``deployment`` (as
+    cached) is at least the generation it applied."""
+    seen = (isvc.get("status") or {}).get("poolDecision") or {}
+    if (seen.get("pool"), seen.get("slot"), seen.get("since")) != (pool, SLOT_RELEASED, since):
+        return False
+    applied = seen.get("deploymentGeneration")
+    if applied is None:
+        return True  # it had no Deployment then
+    if deployment is None:
+        return False  # the cache has not seen the Deployment it applied
+    return int(deployment["metadata"].get("generation") or 0) >= int(applied)
 
 
 def member_slots(pools: Iterable[ObjectView], member: str) -> dict[str, str | None]:

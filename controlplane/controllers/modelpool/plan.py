@@ -16,7 +16,9 @@ so every rule is unit-tested as a table (``tests/unit/test_modelpool_plan.py``):
       after its idle probe says idle on every ready endpoint (``probe``); one that is not serving
       (loading, no ready endpoint) is released at once (``release``).
     * **Owner up.** The owner is ``Granted`` only when every other member has *released* the slot:
-      ``Released``, its Deployment at 0 replicas and observed so by the deployment controller, and
+      ``Released``, the release acknowledged by the member (``status.poolDecision``: see
+      :mod:`~controlplane.controllers.modelpool.grant`), its Deployment (at least at the
+      generation it acknowledged) at 0 replicas and observed so by the deployment controller, and
       no pod left, Terminating ones included (the GPU memory is freed when the process exits, not
       when its pod is marked for deletion).
 
@@ -68,6 +70,7 @@ from controlplane.api.v1alpha1.modelpool import (
 from controlplane.controllers.modelpool.intent import Intent, Owner, OwnerReason
 from controlplane.probes.idle import IdleOutcome, IdleReport
 from controlplane.runtime.controller import Result
+from controlplane.runtime.timeutil import micro_time
 
 #: How soon a deferred drain is probed again: the only polling, since ``/slots`` has no watch.
 DEFER_REQUEUE_SECONDS: Final = 1.0
@@ -98,6 +101,11 @@ class MemberState:
     found: bool = True
     #: This pool's decision about it as last written (``status.members[].slot``; None: not yet).
     slot: str | None = None
+    #: When that decision was made (``status.members[].since``).
+    since: str | None = None
+    #: The member acknowledged that release, and the cache shows the Deployment it applied
+    #: (:func:`~controlplane.controllers.modelpool.grant.acknowledged`).
+    acknowledged: bool = False
     #: The InferenceService's ``status.phase``.
     phase: str | None = None
     #: ``http://host:port`` of every ready endpoint of its Service.
@@ -121,9 +129,14 @@ class MemberState:
 
     @property
     def released(self) -> bool:
-        """Holds nothing of the slot: released, its Deployment at 0, no pod left."""
+        """Holds nothing of the slot: released, the release acknowledged, its Deployment at 0,
+        no pod left."""
         return (
-            self.found and self.slot == SLOT_RELEASED and self.deployment_drained and self.pods == 0
+            self.found
+            and self.slot == SLOT_RELEASED
+            and self.acknowledged
+            and self.deployment_drained
+            and self.pods == 0
         )
 
 
@@ -201,13 +214,19 @@ class PoolView:
 
 
 def _members_phase(
-    members: Mapping[str, MemberState], resident: str | None, slots: Mapping[str, str | None]
+    members: Mapping[str, MemberState],
+    resident: str | None,
+    slots: Mapping[str, str | None],
+    now: datetime | None,
 ) -> list[MemberStatus]:
+    """Each member's entry; a slot that changes now gets ``since`` now, others keep theirs."""
     out = []
     for name, state in members.items():
         phase = (state.phase or MEMBER_UNKNOWN) if state.found else MEMBER_NOT_FOUND
+        slot = slots.get(name)
+        since = state.since if slot == state.slot else (micro_time(now) if slot else None)
         out.append(
-            MemberStatus(name=name, phase=phase, resident=name == resident, slot=slots.get(name))
+            MemberStatus(name=name, phase=phase, resident=name == resident, slot=slot, since=since)
         )
     return out
 
@@ -262,7 +281,7 @@ def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
     status.resident_member = resident
     status.pending_member = pending
     slots = view.slots if view.slots is not None else {n: m.slot for n, m in members.items()}
-    status.members = _members_phase(members, resident, slots)
+    status.members = _members_phase(members, resident, slots, view.now)
     status.waiting = [w for w in view.waiting if w.member != resident]
     status.observed_generation = generation
 

@@ -81,7 +81,12 @@ from controlplane.api.v1alpha1.modelpool import (
 )
 from controlplane.controllers.inferenceservice.desired import ISVC_LABEL
 from controlplane.controllers.modelpool import metrics
-from controlplane.controllers.modelpool.grant import lists_member, member_slot
+from controlplane.controllers.modelpool.grant import (
+    acknowledged,
+    lists_member,
+    member_since,
+    member_slot,
+)
 from controlplane.controllers.modelpool.intent import LeaseObserver, Owner, choose_owner
 from controlplane.controllers.modelpool.phases import PhaseSpan, SwapPhases
 from controlplane.controllers.modelpool.plan import (
@@ -106,7 +111,7 @@ from controlplane.runtime.cache import LABEL_INDEX, NAMESPACE_INDEX, Object
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.controller import Request, Result
 from controlplane.runtime.endpoints import SERVICE_NAME_LABEL, member_urls
-from controlplane.runtime.errors import Conflict, NotFound
+from controlplane.runtime.errors import Conflict, KubeError, NotFound
 from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
 from controlplane.runtime.manager import Manager
@@ -174,16 +179,18 @@ class ModelPoolReconciler:
             return MemberState(name, found=False)
         spec = isvc.get("spec") or {}
         pods = self._in_namespace(self.pods, f"{ISVC_LABEL}={name}", namespace)
+        deployment = self.deployments.store.get(f"{namespace}/{name}")
+        since = member_since(pool, name)
         return MemberState(
             name,
             slot=member_slot(pool, name),
+            since=since,
+            acknowledged=acknowledged(isvc, pool["metadata"]["name"], since, deployment),
             runtime=str(spec.get("runtime") or RUNTIME_LLAMACPP),
             phase=(isvc.get("status") or {}).get("phase"),
             urls=tuple(member_urls(self.endpoint_slices.store, namespace, name)),
             pods=len(pods),
-            deployment_drained=deployment_drained(
-                self.deployments.store.get(f"{namespace}/{name}")
-            ),
+            deployment_drained=deployment_drained(deployment),
         )
 
     # -- tracing -----------------------------------------------------------------------------------
@@ -258,13 +265,17 @@ class ModelPoolReconciler:
             if deferral is not None:
                 decision.set_attribute("modelpool.deferred", deferral.reason)
                 metrics.DRAIN_DEFERRALS.labels(namespace, request.name, deferral.reason).inc()
-        if plan.grant is not None:
+        grant = plan.grant
+        withheld = grant is not None and not await self._pods_gone(namespace, names, grant)
+        if withheld:
+            grant = None  # the caches are behind; looked at again (the pods' events come too)
+        if grant is not None:
             self._record_phase(
                 namespace,
                 request.name,
-                self.phases.owner_may_go_up(key, plan.grant, time.time_ns()),
+                self.phases.owner_may_go_up(key, grant, time.time_ns()),
             )
-        slots = decided_slots(members, release, plan.grant)
+        slots = decided_slots(members, release, grant)
 
         now = datetime.now(UTC)
         waiting = self.waiting(namespace, request.name, names, pool.status.resident_member)
@@ -282,7 +293,7 @@ class ModelPoolReconciler:
                 "k8s.namespace.name": namespace,
                 "modelpool.pool": request.name,
                 "modelpool.released": ", ".join(released),
-                "modelpool.granted": plan.grant or "",
+                "modelpool.granted": grant or "",
             }
             with tracer.start_as_current_span("write status", attributes=attributes) as span:
                 try:
@@ -295,7 +306,7 @@ class ModelPoolReconciler:
                     span.set_attribute("modelpool.outcome", "NotFound")
                     return Result()
                 span.set_attribute("modelpool.outcome", "written")
-            self._decided(key, owner.name, released, plan.grant)
+            self._decided(key, owner.name, released, grant)
             self._record_transitions(obj, previous, status, owner, now)
             resident = status.resident_member
             if resident and resident != previous.resident_member:
@@ -305,7 +316,11 @@ class ModelPoolReconciler:
             self.recorder.event(obj, "Warning", deferral.reason, "Drain", deferral.message)
         if owner.ignored is not None:
             self.recorder.event(obj, "Warning", "IntentIgnored", "SelectOwner", owner.ignored)
-        return requeue_result(deferral, intent, waiting=bool(status.waiting))
+        result = requeue_result(deferral, intent, waiting=bool(status.waiting))
+        if withheld:
+            again = min(result.requeue_after or DEFER_REQUEUE_SECONDS, DEFER_REQUEUE_SECONDS)
+            return Result(requeue_after=again)
+        return result
 
     def waiting(
         self, namespace: str, pool: str, members: Sequence[str], resident: str | None
@@ -320,6 +335,25 @@ class ModelPoolReconciler:
         )
         reports = [SeenReport(wall_now - (mono_now - r.seen_at), r.demand) for r in live]
         return waiting_demand(reports, members, resident)
+
+    async def _pods_gone(self, namespace: str, members: Sequence[str], owner: str) -> bool:
+        """A live LIST (a consistent read) finds no pod of any member but ``owner``: the grant's
+        last check, since a pod's events may reach our cache after its Deployment's."""
+        others = sorted(m for m in members if m != owner)
+        if not others:
+            return True
+        selector = f"{ISVC_LABEL} in ({','.join(others)})"
+        try:
+            found = await self.client.list(PODS, namespace, label_selector=selector)
+        except KubeError as err:
+            log.info("%s/%s: pods not listed before the grant (%s); deciding later", namespace,
+                     owner, err)  # fmt: skip
+            return False
+        if found.items:
+            names = ", ".join(sorted(p["metadata"]["name"] for p in found.items))
+            log.info("%s/%s: not granted yet: pods of other members remain: %s", namespace, owner,
+                     names)  # fmt: skip
+        return not found.items
 
     async def _probe_members(
         self, members: Mapping[str, MemberState], names: Sequence[str]
