@@ -319,10 +319,17 @@ async def test_a_cold_pool_warms_its_default(
 
     pool = await wait_pool(admin, namespace, "gpu", settled("a"), "a to be resident")
     status = pool["status"]
-    assert status["members"] == [
+    assert [{k: v for k, v in m.items() if k != "since"} for m in status["members"]] == [
         {"name": "a", "phase": "Ready", "resident": True, "slot": "Granted"},
         {"name": "b", "phase": "Stopped", "resident": False, "slot": "Released"},
     ]
+    assert all(m["since"] for m in status["members"]), "a decision without when it was made"
+    # b acknowledged its release (the pool granted a only after that), a its grant
+    seen = {m: (await admin.get(ISVC, m, namespace))["status"]["poolDecision"] for m in "ab"}
+    assert {m: (d["pool"], d["slot"]) for m, d in seen.items()} == {
+        "a": ("gpu", "Granted"),
+        "b": ("gpu", "Released"),
+    }
     assert (condition(pool, "SlotAllocated")["status"], condition(pool, "MembersValid")["status"],
             condition(pool, "SwapDeferred")["status"]) == ("True", "True", "False")  # fmt: skip
     assert await deployment_replicas(admin, namespace, "a") == 1
