@@ -74,7 +74,13 @@ from controlplane.router.errors import (
     member_error_body,
 )
 from controlplane.router.heldstream import DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS, serve_held_stream
-from controlplane.router.routing import Lookup, RoutingTable, routing_table, validate_body
+from controlplane.router.routing import (
+    DEFAULT_MAX_JSON_DEPTH,
+    Lookup,
+    RoutingTable,
+    routing_table,
+    validate_body,
+)
 from controlplane.router.routing import Route as BackendRoute
 from controlplane.router.upstream import Upstream, UpstreamAnswer, UpstreamFailure
 from controlplane.runtime.metrics import REGISTRY, FilteredRegistry
@@ -110,6 +116,8 @@ class ProxyContext:
     isvcs: Lookup
     not_ready: Callable[[], list[str]]
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    #: JSON nested deeper is refused with 400 (``--max-json-depth``).
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     #: A number that changes whenever the router, a pool or an InferenceService in the caches
     #: does; None rebuilds the routing table on every request.
     generation: Callable[[], int] | None = None
@@ -341,7 +349,7 @@ class ProxyApp:
             if reasons := context.not_ready():
                 raise ProxyNotReady("the proxy is not ready: " + "; ".join(reasons))
             raw = await read_body(headers, receive, context.max_body_bytes)
-            body = validate_body(raw, path)
+            body = validate_body(raw, path, context.max_json_depth)
             route = self._route(body.get("model"))
             model = route.model
             span.set_attribute("modelpool.model", model)

@@ -23,6 +23,7 @@ from controlplane.router.demand import (
 )
 from controlplane.router.heldstream import DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS
 from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
+from controlplane.router.routing import DEFAULT_MAX_JSON_DEPTH
 from controlplane.router.settings import (
     DEFAULT_BIND_ADDRESS,
     DEFAULT_UPSTREAM_CLIENT,
@@ -55,6 +56,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=DEFAULT_MAX_BODY_BYTES,
         help="larger request bodies are refused with 413",
+    )
+    parser.add_argument(
+        "--max-json-depth",
+        type=positive_int,
+        default=DEFAULT_MAX_JSON_DEPTH,
+        help="JSON bodies nested deeper (arrays and objects) are refused with 400 "
+        f"(default {DEFAULT_MAX_JSON_DEPTH})",
     )
     parser.add_argument(
         "--upstream-client",
@@ -109,6 +117,7 @@ def settings_from(args: argparse.Namespace) -> RouterProxySettings:
         preflight_cache_dir=args.preflight_cache_dir,
         lease_duration_seconds=args.lease_duration_seconds,
         max_body_bytes=args.max_body_bytes,
+        max_json_depth=args.max_json_depth,
         upstream_client=args.upstream_client,
         audit_successes=args.audit_successes,
         demand_report_interval_seconds=args.demand_report_interval,

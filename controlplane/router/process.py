@@ -260,6 +260,7 @@ def build_router_proxy(
         view.isvc,
         manager.not_ready_reasons,
         settings.max_body_bytes,
+        max_json_depth=settings.max_json_depth,
         generation=view.generation,
         audit_successes=settings.audit_successes,
         tracing=tracing,

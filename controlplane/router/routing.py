@@ -140,9 +140,17 @@ REQUIRED_FIELDS: dict[str, tuple[str, tuple[type, ...], str]] = {
 }
 
 
-def validate_body(raw: bytes, path: str = "/v1/chat/completions") -> dict[str, Any]:
+#: JSON nested deeper than this is refused with 400 (``--max-json-depth``): an OpenAI body with
+#: tools whose parameters are JSON Schemas nests about 10 to 20 deep; the member's own parser
+#: (llama.cpp's) recurses without a bound.
+DEFAULT_MAX_JSON_DEPTH = 64
+
+
+def validate_body(
+    raw: bytes, path: str = "/v1/chat/completions", max_depth: int = DEFAULT_MAX_JSON_DEPTH
+) -> dict[str, Any]:
     """The request body as a JSON object fit for ``path``; raises :class:`InvalidRequest`
-    naming what is wrong.
+    naming what is wrong (never anything else for a client's bytes).
 
     Checked before a request is held: a body the member would refuse must never move the slot
     (a request for a parked model with no ``messages`` used to force a swap, then get its 400).
@@ -151,6 +159,18 @@ def validate_body(raw: bytes, path: str = "/v1/chat/completions") -> dict[str, A
         body = msgspec.json.decode(raw) if raw else {}
     except msgspec.DecodeError as err:
         raise InvalidRequest(f"We could not parse the JSON body of your request: {err}") from err
+    except UnicodeDecodeError as err:
+        raise InvalidRequest(
+            f"The JSON body of your request is not valid UTF-8 ({err.reason})"
+        ) from err
+    except RecursionError as err:
+        raise InvalidRequest(
+            f"The JSON body of your request is nested deeper than {max_depth} levels"
+        ) from err
+    if _deeper_than(body, raw, max_depth):
+        raise InvalidRequest(
+            f"The JSON body of your request is nested deeper than {max_depth} levels"
+        )
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object")
     model = body.get("model")
@@ -168,6 +188,22 @@ def validate_body(raw: bytes, path: str = "/v1/chat/completions") -> dict[str, A
         if isinstance(value, list) and field == "messages":
             _validate_messages(value)
     return body
+
+
+def _deeper_than(body: Any, raw: bytes, limit: int) -> bool:
+    """Whether the decoded ``body`` nests arrays and objects more than ``limit`` deep. Only
+    walked when ``raw`` holds more than ``limit`` brackets at all, which an ordinary body does
+    not: the fast path pays two byte counts."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    stack: list[tuple[Any, int]] = [(body, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
 
 
 def _validate_messages(messages: list[Any]) -> None:

@@ -17,6 +17,7 @@ from controlplane.router.demand import (
 )
 from controlplane.router.heldstream import DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS
 from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
+from controlplane.router.routing import DEFAULT_MAX_JSON_DEPTH
 
 DEFAULT_BIND_ADDRESS = ("0.0.0.0", 8000)
 #: The upstream clients the proxy can forward with (bench/README.md, "Data path", chose aiohttp).
@@ -42,6 +43,8 @@ class RouterProxySettings:
     lease_duration_seconds: int = DEFAULT_LEASE_DURATION_SECONDS
     #: Larger request bodies are refused with 413.
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    #: JSON bodies nested deeper are refused with 400.
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     #: What carries requests to members: aiohttp's pool (:mod:`controlplane.router.upstream`), or
     #: httpx's own transport, httpcore's pool (for comparison).
     upstream_client: str = DEFAULT_UPSTREAM_CLIENT

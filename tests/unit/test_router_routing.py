@@ -148,6 +148,39 @@ def test_each_path_requires_its_own_field(path: str, body: bytes, named: str) ->
         validate_body(body, path)
 
 
+CHAT_HEAD = b'{"model": "qwen-2-7b", "messages": [{"role": "user", "content": "hi"}], "x": '
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("raw", "named"),
+    [
+        (CHAT_HEAD + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested deeper than 64"),
+        (CHAT_HEAD + b"[" * 65 + b"]" * 65 + b"}", "nested deeper than 64"),
+        (b'{"model": "qwen-2-7b", "messages": [{"role": "user", "content": "\xff\xfe"}]}', "UTF-8"),
+    ],
+    ids=["100000-deep", "65-deep", "not-utf8"],
+)
+async def test_client_bytes_no_parser_takes_are_400_naming_why_never_500(
+    raw: bytes, named: str
+) -> None:
+    """A body nested past the interpreter's recursion limit, one past ``--max-json-depth`` and
+    one that is not UTF-8 were 500s (the decoder's RecursionError and UnicodeDecodeError)."""
+    async with _client(max_body_bytes=len(raw)) as client:
+        response = await client.post("/v1/chat/completions", content=raw)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert named in error["message"]
+    assert set(error) == {"message", "type", "code"}
+
+
+def test_a_body_as_deep_as_the_limit_passes() -> None:
+    deep = CHAT_HEAD + b"[" * 63 + b"]" * 63 + b"}"  # 64 levels with the outer object
+    assert validate_body(deep, max_depth=64)["model"] == "qwen-2-7b"
+    with pytest.raises(InvalidRequest, match="deeper than 63"):
+        validate_body(deep, max_depth=63)
+
+
 def test_good_bodies_pass() -> None:
     chat = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}'
     assert validate_body(chat)["stream"] is True
@@ -188,6 +221,7 @@ def _client(
     api: FakeApi | None = None,
     member: httpx.MockTransport | None = None,
     tracing: bool = True,
+    max_body_bytes: int = 1024,
 ) -> httpx.AsyncClient:
     """The proxy app in-process (no socket), as the simulator's unit tests drive theirs. Its
     activator is not running: a request that got as far as being held would fail loudly. The
@@ -201,7 +235,7 @@ def _client(
         POOLS.get,
         ISVCS.get,
         lambda: [] if ready else ["caches not synced"],
-        max_body_bytes=1024,
+        max_body_bytes=max_body_bytes,
         tracing=tracing,
     )
     app = build_app(context, activator, HttpxUpstream(member or httpx.AsyncHTTPTransport()))
