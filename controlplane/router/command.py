@@ -30,6 +30,11 @@ from controlplane.router.settings import (
     UPSTREAM_CLIENTS,
     RouterProxySettings,
 )
+from controlplane.runtime.headlimits import (
+    DEFAULT_HEAD_TIMEOUT_SECONDS,
+    DEFAULT_MAX_HEAD_BYTES,
+    DEFAULT_MAX_HEADER_COUNT,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +61,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=DEFAULT_MAX_BODY_BYTES,
         help="larger request bodies are refused with 413",
+    )
+    parser.add_argument(
+        "--max-header-count",
+        type=positive_int,
+        default=DEFAULT_MAX_HEADER_COUNT,
+        help="a request head with more header lines is refused with 431 "
+        f"(default {DEFAULT_MAX_HEADER_COUNT})",
+    )
+    parser.add_argument(
+        "--max-head-bytes",
+        type=positive_int,
+        default=DEFAULT_MAX_HEAD_BYTES,
+        help="a request head larger than this (target, header names and values) is refused with "
+        f"431 (default {DEFAULT_MAX_HEAD_BYTES})",
+    )
+    parser.add_argument(
+        "--head-timeout",
+        type=positive_float,
+        default=DEFAULT_HEAD_TIMEOUT_SECONDS,
+        help="seconds: a request head not complete this long after the connection or its first "
+        f"byte is refused with 408 and closed (default {DEFAULT_HEAD_TIMEOUT_SECONDS:g})",
     )
     parser.add_argument(
         "--max-json-depth",
@@ -118,6 +144,9 @@ def settings_from(args: argparse.Namespace) -> RouterProxySettings:
         lease_duration_seconds=args.lease_duration_seconds,
         max_body_bytes=args.max_body_bytes,
         max_json_depth=args.max_json_depth,
+        max_header_count=args.max_header_count,
+        max_head_bytes=args.max_head_bytes,
+        head_timeout_seconds=args.head_timeout,
         upstream_client=args.upstream_client,
         audit_successes=args.audit_successes,
         demand_report_interval_seconds=args.demand_report_interval,

@@ -189,3 +189,12 @@ def member_error_body(raw: bytes, status: int) -> dict[str, Any]:
     error["type"] = error_type if isinstance(error_type, str) and error_type else default_type
     error["code"] = code if isinstance(code, str) and code else MEMBER_ERROR_CODE
     return {"error": error}
+
+
+def head_refusal(status: int, what: str) -> tuple[bytes, bytes]:
+    """The answer to a request head over a limit (:mod:`controlplane.runtime.headlimits`), in the
+    proxy's error shape: 431 ``request_header_fields_too_large`` or 408 ``request_timeout``."""
+    code = "request_header_fields_too_large" if status == 431 else "request_timeout"
+    message = f"The request head was refused: {what}"
+    body = {"error": {"message": message, "type": "invalid_request_error", "code": code}}
+    return b"application/json", json.dumps(body, separators=(",", ":")).encode()

@@ -18,6 +18,11 @@ from controlplane.router.demand import (
 from controlplane.router.heldstream import DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS
 from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
 from controlplane.router.routing import DEFAULT_MAX_JSON_DEPTH
+from controlplane.runtime.headlimits import (
+    DEFAULT_HEAD_TIMEOUT_SECONDS,
+    DEFAULT_MAX_HEAD_BYTES,
+    DEFAULT_MAX_HEADER_COUNT,
+)
 
 DEFAULT_BIND_ADDRESS = ("0.0.0.0", 8000)
 #: The upstream clients the proxy can forward with (bench/README.md, "Data path", chose aiohttp).
@@ -45,6 +50,11 @@ class RouterProxySettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     #: JSON bodies nested deeper are refused with 400.
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    #: A request head with more header lines, or more bytes, is refused with 431.
+    max_header_count: int = DEFAULT_MAX_HEADER_COUNT
+    max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES
+    #: A request head not complete this long after its first byte is refused with 408.
+    head_timeout_seconds: float = DEFAULT_HEAD_TIMEOUT_SECONDS
     #: What carries requests to members: aiohttp's pool (:mod:`controlplane.router.upstream`), or
     #: httpx's own transport, httpcore's pool (for comparison).
     upstream_client: str = DEFAULT_UPSTREAM_CLIENT

@@ -1,0 +1,154 @@
+"""Limits on an HTTP request's head, enforced in the server's protocol (uvicorn has none).
+
+uvicorn's httptools protocol accepts a request head of any size, with any number of header lines,
+taking any time to arrive: a single 1 MiB header, 10,000 headers, or a client that sends part of
+a head and then one line every few seconds are all kept (its keep-alive timer only runs between
+requests, and any byte disarms it). So a few thousand sockets from one misbehaving pod would hold
+file descriptors and memory for as long as they like. Envoy refuses beyond 60 KiB or 100 headers
+with 431; nginx closes a head not received within 60 s (``client_header_timeout``) with 408.
+
+:func:`guarded_protocol` wraps a protocol class (the coalescing one) so that each request's head
+is bounded by :class:`HeadLimits`:
+
+* more than ``max_header_count`` header lines, or more than ``max_head_bytes`` of request target
+  plus header names and values: answered **431** and the connection closed;
+* a head not complete within ``head_timeout`` seconds of its first byte, or of the connection (a
+  connection that never sends a byte counts too): answered **408** when part of a head arrived,
+  closed silently when nothing did; and closed either way.
+
+What the answer's body says is the caller's (:data:`Refusal`: the router-proxy gives its
+OpenAI-style error), so this module knows nothing of who serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+#: Defaults of the router-proxy's flags (docs/router.md, "Limits").
+DEFAULT_MAX_HEADER_COUNT: Final = 100
+DEFAULT_MAX_HEAD_BYTES: Final = 64 * 1024
+DEFAULT_HEAD_TIMEOUT_SECONDS: Final = 10.0
+
+#: ``(status, what was exceeded)`` to the answer's content type and body.
+Refusal = Callable[[int, str], tuple[bytes, bytes]]
+
+_REASONS: Final = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+
+
+@dataclass(frozen=True, slots=True)
+class HeadLimits:
+    """How large and how slow a request head may be."""
+
+    max_header_count: int = DEFAULT_MAX_HEADER_COUNT
+    max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES
+    head_timeout: float = DEFAULT_HEAD_TIMEOUT_SECONDS
+
+
+def plain_refusal(status: int, what: str) -> tuple[bytes, bytes]:
+    """A text answer, for callers without an error format of their own."""
+    return b"text/plain; charset=utf-8", what.encode()
+
+
+def refusal_bytes(status: int, content_type: bytes, body: bytes) -> bytes:
+    """A whole HTTP/1.1 answer that closes the connection."""
+    return b"".join(
+        [
+            b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status]),
+            b"content-type: " + content_type + b"\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"connection: close\r\n\r\n",
+            body,
+        ]
+    )
+
+
+def guarded_protocol(
+    base: type[Any], limits: HeadLimits, refusal: Refusal = plain_refusal
+) -> type[asyncio.Protocol]:
+    """``base`` (an httptools protocol of uvicorn's) with each request head bounded."""
+
+    class HeadLimitedProtocol(base):  # type: ignore[misc]
+        """Counts a head's lines and bytes as the parser reports them; times it."""
+
+        def connection_made(self, transport: asyncio.Transport) -> None:
+            self._head_lines = 0
+            self._head_bytes = 0
+            self._head_started = False
+            self._head_timer: asyncio.TimerHandle | None = None
+            super().connection_made(transport)
+            self._arm_head_timer()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm_head_timer()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            between = self.cycle is None or self.cycle.response_complete
+            if self._head_timer is None and not self._head_started and between:
+                self._arm_head_timer()  # the next request's first bytes, after keep-alive
+            super().data_received(data)
+
+        def on_message_begin(self) -> None:
+            self._head_lines = 0
+            self._head_bytes = 0
+            self._head_started = True
+            if self._head_timer is None:
+                self._arm_head_timer()
+            super().on_message_begin()
+
+        def on_url(self, url: bytes) -> None:
+            self._count(len(url), lines=0)
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            if self._count(len(name) + len(value), lines=1):
+                super().on_header(name, value)
+
+        def on_headers_complete(self) -> None:
+            self._disarm_head_timer()
+            self._head_started = False
+            super().on_headers_complete()
+
+        def _count(self, size: int, *, lines: int) -> bool:
+            """Add to the head; False (and 431 sent) once it is over a limit."""
+            if self.transport.is_closing():
+                return False
+            self._head_bytes += size
+            self._head_lines += lines
+            if self._head_lines > limits.max_header_count:
+                self._refuse(431, f"more than {limits.max_header_count} header lines")
+                return False
+            if self._head_bytes > limits.max_head_bytes:
+                self._refuse(431, f"a request head larger than {limits.max_head_bytes} bytes")
+                return False
+            return True
+
+        def _arm_head_timer(self) -> None:
+            self._disarm_head_timer()
+            loop = asyncio.get_running_loop()
+            self._head_timer = loop.call_later(limits.head_timeout, self._head_timed_out)
+
+        def _disarm_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            if self.transport.is_closing():
+                return
+            if self._head_started:
+                self._refuse(408, f"no complete request head within {limits.head_timeout:g} s")
+            elif self.cycle is None or self.cycle.response_complete:
+                self.transport.close()  # nothing sent at all (or idle after an answer)
+
+        def _refuse(self, status: int, what: str) -> None:
+            self._disarm_head_timer()
+            content_type, body = refusal(status, what)
+            self.transport.write(refusal_bytes(status, content_type, body))
+            self.transport.close()
+
+    return HeadLimitedProtocol
