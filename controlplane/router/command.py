@@ -30,7 +30,8 @@ from controlplane.router.settings import (
     UPSTREAM_CLIENTS,
     RouterProxySettings,
 )
-from controlplane.runtime.headlimits import (
+from controlplane.runtime.requestlimits import (
+    DEFAULT_BODY_READ_TIMEOUT_SECONDS,
     DEFAULT_HEAD_TIMEOUT_SECONDS,
     DEFAULT_MAX_HEAD_BYTES,
     DEFAULT_MAX_HEADER_COUNT,
@@ -82,6 +83,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_HEAD_TIMEOUT_SECONDS,
         help="seconds: a request head not complete this long after the connection or its first "
         f"byte is refused with 408 and closed (default {DEFAULT_HEAD_TIMEOUT_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--body-read-timeout",
+        type=positive_float,
+        default=DEFAULT_BODY_READ_TIMEOUT_SECONDS,
+        help="seconds: a request body with no byte for this long before it is complete is "
+        f"refused with 408 and closed (default {DEFAULT_BODY_READ_TIMEOUT_SECONDS:g})",
     )
     parser.add_argument(
         "--max-json-depth",
@@ -147,6 +155,7 @@ def settings_from(args: argparse.Namespace) -> RouterProxySettings:
         max_header_count=args.max_header_count,
         max_head_bytes=args.max_head_bytes,
         head_timeout_seconds=args.head_timeout,
+        body_read_timeout_seconds=args.body_read_timeout,
         upstream_client=args.upstream_client,
         audit_successes=args.audit_successes,
         demand_report_interval_seconds=args.demand_report_interval,

@@ -191,10 +191,11 @@ def member_error_body(raw: bytes, status: int) -> dict[str, Any]:
     return {"error": error}
 
 
-def head_refusal(status: int, what: str) -> tuple[bytes, bytes]:
-    """The answer to a request head over a limit (:mod:`controlplane.runtime.headlimits`), in the
-    proxy's error shape: 431 ``request_header_fields_too_large`` or 408 ``request_timeout``."""
+def request_refusal(status: int, what: str) -> tuple[bytes, bytes]:
+    """The answer to a request over a limit of how it arrives
+    (:mod:`controlplane.runtime.requestlimits`), in the proxy's error shape: 431
+    ``request_header_fields_too_large`` or 408 ``request_timeout``."""
     code = "request_header_fields_too_large" if status == 431 else "request_timeout"
-    message = f"The request head was refused: {what}"
+    message = f"The request was refused: {what}"
     body = {"error": {"message": message, "type": "invalid_request_error", "code": code}}
     return b"application/json", json.dumps(body, separators=(",", ":")).encode()

@@ -21,18 +21,18 @@ from controlplane.process import default_identity, gate_on_preflight
 from controlplane.router.activator import Activator, Notifier
 from controlplane.router.app import ProxyContext, build_app
 from controlplane.router.demand import DemandReporter, LocalDemand, PoolLeases
-from controlplane.router.errors import head_refusal
+from controlplane.router.errors import request_refusal
 from controlplane.router.lease import LeaseCoordinator
 from controlplane.router.settings import UPSTREAM_CLIENTS, RouterProxySettings
 from controlplane.router.upstream import AiohttpUpstream, Upstream
 from controlplane.runtime.coalescing import http_protocol
 from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.endpoints import member_urls
-from controlplane.runtime.headlimits import HeadLimits, guarded_protocol
 from controlplane.runtime.httpserver import bind, serve
 from controlplane.runtime.informer import DeletedFinalStateUnknown, Informer
 from controlplane.runtime.manager import Manager, ManagerOptions
 from controlplane.runtime.objects import Object, ObjectView
+from controlplane.runtime.requestlimits import RequestLimits, guarded_protocol
 from controlplane.runtime.resources import ENDPOINT_SLICES, LEASES
 from controlplane.runtime.tracing import configure_tracing
 
@@ -168,10 +168,10 @@ class ProxyServer:
     needs_leader_election = False
 
     def __init__(
-        self, app: Any, sock: socket.socket, upstream: Upstream, limits: HeadLimits | None = None
+        self, app: Any, sock: socket.socket, upstream: Upstream, limits: RequestLimits | None = None
     ) -> None:
         self.app, self.sock, self.upstream = app, sock, upstream
-        self.limits = limits or HeadLimits()
+        self.limits = limits or RequestLimits()
 
     async def start(self) -> None:
         try:
@@ -180,10 +180,10 @@ class ProxyServer:
             # Its own audit line, not uvicorn's access log; and it reads no client address, so
             # uvicorn's X-Forwarded-For rewriting would be per-request work for nothing.
             # Each answer's head and body leave in one write (controlplane.runtime.coalescing),
-            # and each request's head is bounded (controlplane.runtime.headlimits).
+            # and how each request arrives is bounded (controlplane.runtime.requestlimits).
             protocol = http_protocol()
             if not isinstance(protocol, str):  # no httptools: uvicorn's own parser, unguarded
-                protocol = guarded_protocol(protocol, self.limits, head_refusal)
+                protocol = guarded_protocol(protocol, self.limits, request_refusal)
             await serve(self.app, [self.sock], access_log=False, proxy_headers=False, http=protocol)
         finally:
             await self.upstream.aclose()
@@ -275,8 +275,11 @@ def build_router_proxy(
     )
     upstream = _upstream(settings.upstream_client)
     sock = bind(*settings.bind_address)
-    limits = HeadLimits(
-        settings.max_header_count, settings.max_head_bytes, settings.head_timeout_seconds
+    limits = RequestLimits(
+        settings.max_header_count,
+        settings.max_head_bytes,
+        settings.head_timeout_seconds,
+        settings.body_read_timeout_seconds,
     )
     manager.add(ProxyServer(build_app(context, activator, upstream), sock, upstream, limits))
     log.info("router-proxy %s for router %s/%s", identity, ns, settings.router)

@@ -18,7 +18,8 @@ from controlplane.router.demand import (
 from controlplane.router.heldstream import DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS
 from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
 from controlplane.router.routing import DEFAULT_MAX_JSON_DEPTH
-from controlplane.runtime.headlimits import (
+from controlplane.runtime.requestlimits import (
+    DEFAULT_BODY_READ_TIMEOUT_SECONDS,
     DEFAULT_HEAD_TIMEOUT_SECONDS,
     DEFAULT_MAX_HEAD_BYTES,
     DEFAULT_MAX_HEADER_COUNT,
@@ -55,6 +56,8 @@ class RouterProxySettings:
     max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES
     #: A request head not complete this long after its first byte is refused with 408.
     head_timeout_seconds: float = DEFAULT_HEAD_TIMEOUT_SECONDS
+    #: A request body with no byte for this long before it is complete is refused with 408.
+    body_read_timeout_seconds: float = DEFAULT_BODY_READ_TIMEOUT_SECONDS
     #: What carries requests to members: aiohttp's pool (:mod:`controlplane.router.upstream`), or
     #: httpx's own transport, httpcore's pool (for comparison).
     upstream_client: str = DEFAULT_UPSTREAM_CLIENT

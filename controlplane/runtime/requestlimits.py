@@ -1,4 +1,4 @@
-"""Limits on an HTTP request's head, enforced in the server's protocol (uvicorn has none).
+"""Limits on how an HTTP request arrives, enforced in the server's protocol (uvicorn has none).
 
 uvicorn's httptools protocol accepts a request head of any size, with any number of header lines,
 taking any time to arrive: a single 1 MiB header, 10,000 headers, or a client that sends part of
@@ -8,13 +8,17 @@ file descriptors and memory for as long as they like. Envoy refuses beyond 60 Ki
 with 431; nginx closes a head not received within 60 s (``client_header_timeout``) with 408.
 
 :func:`guarded_protocol` wraps a protocol class (the coalescing one) so that each request's head
-is bounded by :class:`HeadLimits`:
+is bounded by :class:`RequestLimits`:
 
 * more than ``max_header_count`` header lines, or more than ``max_head_bytes`` of request target
   plus header names and values: answered **431** and the connection closed;
 * a head not complete within ``head_timeout`` seconds of its first byte, or of the connection (a
   connection that never sends a byte counts too): answered **408** when part of a head arrived,
-  closed silently when nothing did; and closed either way.
+  closed silently when nothing did; and closed either way;
+* a body that stops: no byte of it for ``body_read_timeout`` seconds before it is complete is
+  answered **408** and closed (the app waiting for it sees the client gone). The timer is armed
+  only while a body is incomplete after a read, so a request whose body came with its head (the
+  fast path's) never touches one.
 
 What the answer's body says is the caller's (:data:`Refusal`: the router-proxy gives its
 OpenAI-style error), so this module knows nothing of who serves.
@@ -31,6 +35,7 @@ from typing import Any, Final
 DEFAULT_MAX_HEADER_COUNT: Final = 100
 DEFAULT_MAX_HEAD_BYTES: Final = 64 * 1024
 DEFAULT_HEAD_TIMEOUT_SECONDS: Final = 10.0
+DEFAULT_BODY_READ_TIMEOUT_SECONDS: Final = 30.0
 
 #: ``(status, what was exceeded)`` to the answer's content type and body.
 Refusal = Callable[[int, str], tuple[bytes, bytes]]
@@ -39,12 +44,13 @@ _REASONS: Final = {408: b"Request Timeout", 431: b"Request Header Fields Too Lar
 
 
 @dataclass(frozen=True, slots=True)
-class HeadLimits:
+class RequestLimits:
     """How large and how slow a request head may be."""
 
     max_header_count: int = DEFAULT_MAX_HEADER_COUNT
     max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES
     head_timeout: float = DEFAULT_HEAD_TIMEOUT_SECONDS
+    body_read_timeout: float = DEFAULT_BODY_READ_TIMEOUT_SECONDS
 
 
 def plain_refusal(status: int, what: str) -> tuple[bytes, bytes]:
@@ -66,11 +72,11 @@ def refusal_bytes(status: int, content_type: bytes, body: bytes) -> bytes:
 
 
 def guarded_protocol(
-    base: type[Any], limits: HeadLimits, refusal: Refusal = plain_refusal
+    base: type[Any], limits: RequestLimits, refusal: Refusal = plain_refusal
 ) -> type[asyncio.Protocol]:
     """``base`` (an httptools protocol of uvicorn's) with each request head bounded."""
 
-    class HeadLimitedProtocol(base):  # type: ignore[misc]
+    class LimitedProtocol(base):  # type: ignore[misc]
         """Counts a head's lines and bytes as the parser reports them; times it."""
 
         def connection_made(self, transport: asyncio.Transport) -> None:
@@ -78,11 +84,14 @@ def guarded_protocol(
             self._head_bytes = 0
             self._head_started = False
             self._head_timer: asyncio.TimerHandle | None = None
+            self._in_body = False
+            self._body_timer: asyncio.TimerHandle | None = None
             super().connection_made(transport)
             self._arm_head_timer()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm_head_timer()
+            self._disarm_body_timer()
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
@@ -90,6 +99,8 @@ def guarded_protocol(
             if self._head_timer is None and not self._head_started and between:
                 self._arm_head_timer()  # the next request's first bytes, after keep-alive
             super().data_received(data)
+            if self._in_body and not self.transport.is_closing():
+                self._arm_body_timer()  # a body still incomplete after this read
 
         def on_message_begin(self) -> None:
             self._head_lines = 0
@@ -110,7 +121,13 @@ def guarded_protocol(
         def on_headers_complete(self) -> None:
             self._disarm_head_timer()
             self._head_started = False
+            self._in_body = True
             super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            self._in_body = False
+            self._disarm_body_timer()
+            super().on_message_complete()
 
         def _count(self, size: int, *, lines: int) -> bool:
             """Add to the head; False (and 431 sent) once it is over a limit."""
@@ -136,6 +153,25 @@ def guarded_protocol(
                 self._head_timer.cancel()
                 self._head_timer = None
 
+        def _arm_body_timer(self) -> None:
+            self._disarm_body_timer()
+            loop = asyncio.get_running_loop()
+            self._body_timer = loop.call_later(limits.body_read_timeout, self._body_timed_out)
+
+        def _disarm_body_timer(self) -> None:
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
+
+        def _body_timed_out(self) -> None:
+            self._body_timer = None
+            if not self._in_body or self.transport.is_closing():
+                return
+            if self.cycle is not None and self.cycle.response_started:
+                self.transport.close()  # an answer began: nothing else can be said
+                return
+            self._refuse(408, f"no byte of the request body for {limits.body_read_timeout:g} s")
+
         def _head_timed_out(self) -> None:
             self._head_timer = None
             if self.transport.is_closing():
@@ -147,8 +183,10 @@ def guarded_protocol(
 
         def _refuse(self, status: int, what: str) -> None:
             self._disarm_head_timer()
+            self._disarm_body_timer()
+            self._in_body = False
             content_type, body = refusal(status, what)
             self.transport.write(refusal_bytes(status, content_type, body))
             self.transport.close()
 
-    return HeadLimitedProtocol
+    return LimitedProtocol

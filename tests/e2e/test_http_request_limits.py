@@ -1,7 +1,8 @@
-"""Request heads bounded by the proxy's server protocol, over real sockets (docs/router.md,
-"Limits"): too many header lines or too many head bytes are 431 in the proxy's error shape, a
-head that trickles in (or a connection that sends nothing) is cut at ``--head-timeout``, and none
-of it touches a request whose head is complete, however long its answer takes.
+"""How a request arrives, bounded by the proxy's server protocol, over real sockets
+(docs/router.md, "Limits"): too many header lines or too many head bytes are 431 in the proxy's
+error shape, a head that trickles in (or a connection that sends nothing) is cut at
+``--head-timeout``, a body that stops at ``--body-read-timeout``, and none of it touches a request
+that keeps arriving or whose answer takes long.
 
 Each case failed on uvicorn's protocol as it came (every head accepted, none ever timed out).
 """
@@ -22,13 +23,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from controlplane.router.errors import head_refusal
+from controlplane.router.errors import request_refusal
 from controlplane.runtime.coalescing import http_protocol
-from controlplane.runtime.headlimits import HeadLimits, guarded_protocol
 from controlplane.runtime.httpserver import bind, serve
+from controlplane.runtime.requestlimits import RequestLimits, guarded_protocol
 from tests.e2e.test_coalescing_server import read_answer
 
-LIMITS = HeadLimits(max_header_count=20, max_head_bytes=4096, head_timeout=0.5)
+LIMITS = RequestLimits(
+    max_header_count=20, max_head_bytes=4096, head_timeout=0.5, body_read_timeout=0.5
+)
 
 
 @asynccontextmanager
@@ -40,10 +43,15 @@ async def server() -> AsyncIterator[int]:
     async def fast(_: Request) -> Response:
         return Response(b"{}", media_type="application/json")
 
-    app = Starlette(routes=[Route("/slow", slow), Route("/fast", fast)])
+    async def echo(request: Request) -> Response:
+        return Response(await request.body(), media_type="application/json")
+
+    app = Starlette(
+        routes=[Route("/slow", slow), Route("/fast", fast), Route("/echo", echo, methods=["POST"])]
+    )
     base = http_protocol()
     assert not isinstance(base, str), "httptools is a dependency: the protocol must be ours"
-    protocol = guarded_protocol(base, LIMITS, head_refusal)
+    protocol = guarded_protocol(base, LIMITS, request_refusal)
     sock = bind("127.0.0.1", 0)
     async with anyio.create_task_group() as group:
         await group.start(functools.partial(serve, app, [sock], http=protocol))
@@ -130,3 +138,38 @@ async def test_a_complete_head_is_never_timed_out_however_long_the_answer_takes(
         second, _ = await asyncio.wait_for(read_answer(reader), 10)
         writer.close()
     assert (status(first), status(second)) == (200, 200)
+
+
+def post_head(length: int) -> bytes:
+    return b"POST /echo HTTP/1.1\r\nhost: proxy\r\ncontent-length: %d\r\n\r\n" % length
+
+
+async def test_a_body_that_stops_is_408_at_the_body_read_timeout() -> None:
+    async with server() as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        started = time.monotonic()
+        writer.write(post_head(100) + b'{"model": ')  # 10 of 100 bytes, then nothing
+        head, body = await asyncio.wait_for(read_answer(reader), 5)
+        took = time.monotonic() - started
+        assert await asyncio.wait_for(reader.read(), 5) == b"", "the connection stayed open"
+        writer.close()
+    assert status(head) == 408
+    error = json.loads(body)["error"]
+    assert error["code"] == "request_timeout"
+    assert "request body" in error["message"]
+    assert LIMITS.body_read_timeout <= took < LIMITS.body_read_timeout + 1.5, f"{took:.2f} s"
+
+
+async def test_a_body_that_keeps_arriving_is_read_to_its_end() -> None:
+    """One byte every 0.2 s: 1.6 s in all, three times the timeout, but never 0.5 s without one."""
+    payload = b'{"a": 1}'
+    async with server() as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(post_head(len(payload)))
+        for byte in payload:
+            await anyio.sleep(0.2)
+            writer.write(bytes([byte]))
+            await writer.drain()
+        head, body = await asyncio.wait_for(read_answer(reader), 5)
+        writer.close()
+    assert (status(head), body) == (200, payload)
