@@ -74,9 +74,11 @@ from controlplane.clock import TimeSource
 from controlplane.router import metrics
 from controlplane.router.demand import DEFAULT_ACTIVITY_WINDOW_SECONDS, LocalDemand, PoolLeases
 from controlplane.router.errors import (
+    MIN_RETRY_AFTER_SECONDS,
     ActivationFailed,
     ActivationTimeout,
     BackendUnavailable,
+    HoldFull,
     LeaseUnavailable,
     PoolBusy,
     ProxyError,
@@ -98,6 +100,9 @@ DEFAULT_BUDGET_SECONDS = parse_duration(DEFAULT_SWAP_BUDGET, 300.0)
 POLL_SECONDS = 1.0
 #: A claim that found the Lease held by another, or failed, is retried no sooner than this.
 CLAIM_RETRY_SECONDS = 0.25
+#: Requests one replica holds at most (``--max-held-requests``): Knative's activator queues as
+#: many per revision; each costs a few KiB (bench/README.md, "held").
+DEFAULT_MAX_HELD_REQUESTS = 10_000
 #: Pause between attempts to release a claim the API did not confirm.
 RELEASE_RETRY_SECONDS = 0.5
 #: How long a stopping replica keeps trying to release (its pod has a grace period to honour;
@@ -187,6 +192,7 @@ class Activator:
         local: LocalDemand | None = None,
         leases: PoolLeases | None = None,
         activity_window: float = DEFAULT_ACTIVITY_WINDOW_SECONDS,
+        max_held: int = DEFAULT_MAX_HELD_REQUESTS,
         clock: TimeSource = time.monotonic,
     ) -> None:
         self.view = view
@@ -211,6 +217,9 @@ class Activator:
         #: Per pool, the one swap on this replica allowed to claim and drive.
         self.turns: dict[str, Swap] = {}
         self.stopping = False
+        #: Requests held on this replica now, and how many it may hold (``--max-held-requests``).
+        self.held = 0
+        self.max_held = max_held
         self._group: anyio.abc.TaskGroup | None = None
 
     async def start(self) -> None:
@@ -301,7 +310,21 @@ class Activator:
 
     async def hold(self, pool: str, member: str) -> str:
         """Hold until ``member`` of ``pool`` is ready (within budget), joining its swap: a span
-        ``hold`` whose outcome says how it ended."""
+        ``hold`` whose outcome says how it ended. Beyond :attr:`max_held` requests held on this
+        replica, a 503 at once: never an unbounded queue."""
+        if self.held >= self.max_held:
+            raise HoldFull(
+                f"this router-proxy replica already holds {self.held} requests, its limit; "
+                f"retry for {member}",
+                retry_after=self.expected_in(pool, member) or MIN_RETRY_AFTER_SECONDS,
+            )
+        self.held += 1
+        try:
+            return await self._traced_hold(pool, member)
+        finally:
+            self.held -= 1
+
+    async def _traced_hold(self, pool: str, member: str) -> str:
         attributes = {
             "k8s.namespace.name": self.namespace,
             "modelpool.pool": pool,

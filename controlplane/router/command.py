@@ -15,6 +15,7 @@ import anyio
 
 from controlplane.cliargs import first_error, host_port, positive_float, positive_int, seconds
 from controlplane.preflight import EXIT_DENIED, PreflightDenied
+from controlplane.router.activator import DEFAULT_MAX_HELD_REQUESTS
 from controlplane.router.app import DEFAULT_MAX_BODY_BYTES
 from controlplane.router.demand import (
     DEFAULT_ACTIVITY_WINDOW_SECONDS,
@@ -92,6 +93,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"refused with 408 and closed (default {DEFAULT_BODY_READ_TIMEOUT_SECONDS:g})",
     )
     parser.add_argument(
+        "--max-held-requests",
+        type=positive_int,
+        default=DEFAULT_MAX_HELD_REQUESTS,
+        help="requests this replica holds at once for members not ready; beyond, 503 "
+        f"proxy_hold_full with Retry-After (default {DEFAULT_MAX_HELD_REQUESTS})",
+    )
+    parser.add_argument(
         "--max-json-depth",
         type=positive_int,
         default=DEFAULT_MAX_JSON_DEPTH,
@@ -152,6 +160,7 @@ def settings_from(args: argparse.Namespace) -> RouterProxySettings:
         lease_duration_seconds=args.lease_duration_seconds,
         max_body_bytes=args.max_body_bytes,
         max_json_depth=args.max_json_depth,
+        max_held_requests=args.max_held_requests,
         max_header_count=args.max_header_count,
         max_head_bytes=args.max_head_bytes,
         head_timeout_seconds=args.head_timeout,

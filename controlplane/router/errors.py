@@ -124,6 +124,12 @@ class ProxyStopping(_Unavailable):
     code = "proxy_stopping"
 
 
+class HoldFull(_Unavailable):
+    """This replica already holds as many requests as it may (``--max-held-requests``)."""
+
+    code = "proxy_hold_full"
+
+
 class ProxyNotReady(_Unavailable):
     """The proxy's caches have not synced yet."""
 

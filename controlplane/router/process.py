@@ -239,6 +239,7 @@ def build_router_proxy(
         local=local,
         leases=pool_leases,
         activity_window=settings.activity_window_seconds,
+        max_held=settings.max_held_requests,
     )
     manager.add(activator)
     manager.add(

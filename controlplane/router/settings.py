@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from controlplane.router.activator import DEFAULT_MAX_HELD_REQUESTS
 from controlplane.router.app import DEFAULT_MAX_BODY_BYTES
 from controlplane.router.demand import (
     DEFAULT_ACTIVITY_WINDOW_SECONDS,
@@ -49,6 +50,8 @@ class RouterProxySettings:
     lease_duration_seconds: int = DEFAULT_LEASE_DURATION_SECONDS
     #: Larger request bodies are refused with 413.
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    #: Requests held at once on this replica; beyond, 503 ``proxy_hold_full``.
+    max_held_requests: int = DEFAULT_MAX_HELD_REQUESTS
     #: JSON bodies nested deeper are refused with 400.
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     #: A request head with more header lines, or more bytes, is refused with 431.

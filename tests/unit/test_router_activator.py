@@ -21,6 +21,7 @@ from controlplane.router.activator import Activator
 from controlplane.router.errors import (
     ActivationFailed,
     ActivationTimeout,
+    HoldFull,
     LeaseUnavailable,
     PoolBusy,
     ProxyStopping,
@@ -566,3 +567,34 @@ async def test_the_swap_is_a_child_of_the_first_hold_joiners_link_and_the_claim_
         format(swap.context.trace_id, "032x"),
         format(swap.context.span_id, "016x"),
     ]
+
+
+async def test_beyond_its_held_limit_a_replica_answers_503_at_once_and_holds_again_after() -> None:
+    """Never an unbounded queue: with ``--max-held-requests 2``, a third request for a member
+    not ready is refused at once (with Retry-After), not held; once the two end, one is held."""
+    view, api = cluster(budget="400ms")
+    activator = new_activator(view, api, max_held=2)
+    outcomes: list[str] = []
+    async with running(activator) as group:
+
+        async def ask() -> None:
+            try:
+                await activator.upstream(Route("qwen", "b", "gpu-0"))
+            except (ActivationTimeout, PoolBusy) as err:
+                outcomes.append(err.code)
+
+        group.start_soon(ask)
+        group.start_soon(ask)
+        await until(lambda: activator.held == 2)
+        started = anyio.current_time()
+        with pytest.raises(HoldFull) as caught:
+            await activator.upstream(Route("qwen", "b", "gpu-0"))
+        assert anyio.current_time() - started < 0.1, "the third was held before its refusal"
+        await until(lambda: len(outcomes) == 2, timeout=10)
+        assert activator.held == 0
+        group.start_soon(ask)
+        await until(lambda: activator.held == 1)
+        await until(lambda: len(outcomes) == 3, timeout=10)
+    assert caught.value.status == 503
+    assert caught.value.code == "proxy_hold_full"
+    assert int(caught.value.headers()["Retry-After"]) >= 1
