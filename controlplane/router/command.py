@@ -34,6 +34,7 @@ from controlplane.router.settings import (
 from controlplane.runtime.requestlimits import (
     DEFAULT_BODY_READ_TIMEOUT_SECONDS,
     DEFAULT_HEAD_TIMEOUT_SECONDS,
+    DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_HEAD_BYTES,
     DEFAULT_MAX_HEADER_COUNT,
 )
@@ -84,6 +85,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_HEAD_TIMEOUT_SECONDS,
         help="seconds: a request head not complete this long after the connection or its first "
         f"byte is refused with 408 and closed (default {DEFAULT_HEAD_TIMEOUT_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=positive_int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="connections this replica keeps open at once; the one beyond is answered 503 "
+        f"proxy_connections_full with Retry-After and closed (default {DEFAULT_MAX_CONNECTIONS})",
     )
     parser.add_argument(
         "--body-read-timeout",
@@ -165,6 +173,7 @@ def settings_from(args: argparse.Namespace) -> RouterProxySettings:
         max_head_bytes=args.max_head_bytes,
         head_timeout_seconds=args.head_timeout,
         body_read_timeout_seconds=args.body_read_timeout,
+        max_connections=args.max_connections,
         upstream_client=args.upstream_client,
         audit_successes=args.audit_successes,
         demand_report_interval_seconds=args.demand_report_interval,

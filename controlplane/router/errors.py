@@ -200,8 +200,14 @@ def member_error_body(raw: bytes, status: int) -> dict[str, Any]:
 def request_refusal(status: int, what: str) -> tuple[bytes, bytes]:
     """The answer to a request over a limit of how it arrives
     (:mod:`controlplane.runtime.requestlimits`), in the proxy's error shape: 431
-    ``request_header_fields_too_large`` or 408 ``request_timeout``."""
-    code = "request_header_fields_too_large" if status == 431 else "request_timeout"
+    ``request_header_fields_too_large``, 408 ``request_timeout`` or 503
+    ``proxy_connections_full``."""
+    kinds = {
+        431: ("request_header_fields_too_large", "invalid_request_error"),
+        408: ("request_timeout", "invalid_request_error"),
+        503: ("proxy_connections_full", "server_error"),
+    }
+    code, kind = kinds.get(status, ("request_refused", "invalid_request_error"))
     message = f"The request was refused: {what}"
-    body = {"error": {"message": message, "type": "invalid_request_error", "code": code}}
+    body = {"error": {"message": message, "type": kind, "code": code}}
     return b"application/json", json.dumps(body, separators=(",", ":")).encode()

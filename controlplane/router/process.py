@@ -281,6 +281,7 @@ def build_router_proxy(
         settings.max_head_bytes,
         settings.head_timeout_seconds,
         settings.body_read_timeout_seconds,
+        settings.max_connections,
     )
     manager.add(ProxyServer(build_app(context, activator, upstream), sock, upstream, limits))
     log.info("router-proxy %s for router %s/%s", identity, ns, settings.router)

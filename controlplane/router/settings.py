@@ -22,6 +22,7 @@ from controlplane.router.routing import DEFAULT_MAX_JSON_DEPTH
 from controlplane.runtime.requestlimits import (
     DEFAULT_BODY_READ_TIMEOUT_SECONDS,
     DEFAULT_HEAD_TIMEOUT_SECONDS,
+    DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_HEAD_BYTES,
     DEFAULT_MAX_HEADER_COUNT,
 )
@@ -59,6 +60,8 @@ class RouterProxySettings:
     max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES
     #: A request head not complete this long after its first byte is refused with 408.
     head_timeout_seconds: float = DEFAULT_HEAD_TIMEOUT_SECONDS
+    #: Connections open at once; the one beyond is answered 503 and closed.
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
     #: A request body with no byte for this long before it is complete is refused with 408.
     body_read_timeout_seconds: float = DEFAULT_BODY_READ_TIMEOUT_SECONDS
     #: What carries requests to members: aiohttp's pool (:mod:`controlplane.router.upstream`), or

@@ -15,6 +15,8 @@ is bounded by :class:`RequestLimits`:
 * a head not complete within ``head_timeout`` seconds of its first byte, or of the connection (a
   connection that never sends a byte counts too): answered **408** when part of a head arrived,
   closed silently when nothing did; and closed either way;
+* more than ``max_connections`` open at once: the newest is answered **503** with
+  ``Retry-After: 1`` and closed, before it sends anything (the server holds the others);
 * a body that stops: no byte of it for ``body_read_timeout`` seconds before it is complete is
   answered **408** and closed (the app waiting for it sees the client gone). The timer is armed
   only while a body is incomplete after a read, so a request whose body came with its head (the
@@ -36,11 +38,17 @@ DEFAULT_MAX_HEADER_COUNT: Final = 100
 DEFAULT_MAX_HEAD_BYTES: Final = 64 * 1024
 DEFAULT_HEAD_TIMEOUT_SECONDS: Final = 10.0
 DEFAULT_BODY_READ_TIMEOUT_SECONDS: Final = 30.0
+#: Above the held requests a replica may keep (10,000) with room for the fast path's clients.
+DEFAULT_MAX_CONNECTIONS: Final = 16_384
 
 #: ``(status, what was exceeded)`` to the answer's content type and body.
 Refusal = Callable[[int, str], tuple[bytes, bytes]]
 
-_REASONS: Final = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+_REASONS: Final = {
+    408: b"Request Timeout",
+    431: b"Request Header Fields Too Large",
+    503: b"Service Unavailable",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +59,7 @@ class RequestLimits:
     max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES
     head_timeout: float = DEFAULT_HEAD_TIMEOUT_SECONDS
     body_read_timeout: float = DEFAULT_BODY_READ_TIMEOUT_SECONDS
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
 
 
 def plain_refusal(status: int, what: str) -> tuple[bytes, bytes]:
@@ -65,6 +74,7 @@ def refusal_bytes(status: int, content_type: bytes, body: bytes) -> bytes:
             b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status]),
             b"content-type: " + content_type + b"\r\n",
             b"content-length: %d\r\n" % len(body),
+            b"retry-after: 1\r\n" if status == 503 else b"",
             b"connection: close\r\n\r\n",
             body,
         ]
@@ -87,6 +97,9 @@ def guarded_protocol(
             self._in_body = False
             self._body_timer: asyncio.TimerHandle | None = None
             super().connection_made(transport)
+            if len(self.connections) > limits.max_connections:
+                self._refuse(503, f"more than {limits.max_connections} connections are open")
+                return
             self._arm_head_timer()
 
         def connection_lost(self, exc: Exception | None) -> None:

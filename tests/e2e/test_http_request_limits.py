@@ -30,7 +30,11 @@ from controlplane.runtime.requestlimits import RequestLimits, guarded_protocol
 from tests.e2e.test_coalescing_server import read_answer
 
 LIMITS = RequestLimits(
-    max_header_count=20, max_head_bytes=4096, head_timeout=0.5, body_read_timeout=0.5
+    max_header_count=20,
+    max_head_bytes=4096,
+    head_timeout=0.5,
+    body_read_timeout=0.5,
+    max_connections=3,
 )
 
 
@@ -173,3 +177,22 @@ async def test_a_body_that_keeps_arriving_is_read_to_its_end() -> None:
         head, body = await asyncio.wait_for(read_answer(reader), 5)
         writer.close()
     assert (status(head), body) == (200, payload)
+
+
+async def test_a_connection_beyond_the_limit_is_503_with_retry_after_and_the_others_serve() -> None:
+    async with server() as port:
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+        await anyio.sleep(0.05)  # all three accepted before the fourth comes
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        head, body = await asyncio.wait_for(read_answer(reader), 5)
+        assert await asyncio.wait_for(reader.read(), 5) == b"", "the fourth stayed open"
+        writer.close()
+        first_reader, first_writer = held[0]
+        first_writer.write(request())  # one of the three still serves
+        served, _ = await asyncio.wait_for(read_answer(first_reader), 5)
+        for _, other in held:
+            other.close()
+    assert status(head) == 503
+    assert b"retry-after: 1" in head.lower()
+    assert json.loads(body)["error"]["code"] == "proxy_connections_full"
+    assert status(served) == 200
