@@ -63,22 +63,22 @@ def pools_listing(pools: Iterable[ObjectView], member: str) -> list[str]:
     return [str(pool["metadata"]["name"]) for pool in listing_pools(pools, member)]
 
 
+def _entry(pool: ObjectView, member: str) -> ObjectView:
+    """``pool``'s ``status.members[]`` entry for ``member`` (empty when it has none)."""
+    entries: list[ObjectView] = (pool.get("status") or {}).get("members") or []
+    return next((entry for entry in entries if entry.get("name") == member), {})
+
+
 def member_slot(pool: ObjectView, member: str) -> str | None:
     """``pool``'s decision about ``member``: ``Granted``, ``Released`` or None (not decided)."""
-    for entry in (pool.get("status") or {}).get("members") or ():
-        if entry.get("name") == member:
-            slot = entry.get("slot")
-            return str(slot) if slot in (SLOT_GRANTED, SLOT_RELEASED) else None
-    return None
+    slot = _entry(pool, member).get("slot")
+    return str(slot) if slot in (SLOT_GRANTED, SLOT_RELEASED) else None
 
 
 def member_since(pool: ObjectView, member: str) -> str | None:
     """When ``pool`` last changed its decision about ``member`` (``status.members[].since``)."""
-    for entry in (pool.get("status") or {}).get("members") or ():
-        if entry.get("name") == member:
-            since = entry.get("since")
-            return str(since) if since else None
-    return None
+    since = _entry(pool, member).get("since")
+    return str(since) if since else None
 
 
 def decision_seen(
