@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 import anyio
+import httpx
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
@@ -143,7 +144,32 @@ async def create_pools_and_router(
 
         await eventually(warm, timeout=ROLLOUT_TIMEOUT, what=f"{pool} warm with {members[0]}")
     await wait_available(admin, namespace, f"{ROUTER_NAME}", REPLICAS)
-    return ThroughTheService(f"http://{await node_address(cluster)}:{port}")
+    entrance_url = f"http://{await node_address(cluster)}:{port}"
+    await answering(entrance_url)
+    return ThroughTheService(entrance_url)
+
+
+#: Consecutive answers through the NodePort before the storm starts.
+ENTRANCE_ANSWERS: Final = 10
+
+
+async def answering(url: str) -> None:
+    """Until the NodePort answers :data:`ENTRANCE_ANSWERS` times in a row: replicas Available is
+    not enough, kube-proxy programs the Service's rules on its own sync, and connections made
+    before it are refused (the storm's first requests failed to connect so, once in a while)."""
+    streak = 0
+
+    async def answered() -> bool:
+        nonlocal streak
+        try:
+            async with httpx.AsyncClient(timeout=2, trust_env=False) as http:
+                response = await http.get(f"{url}/readyz")
+            streak = streak + 1 if response.status_code == 200 else 0
+        except httpx.TransportError:
+            streak = 0
+        return streak >= ENTRANCE_ANSWERS
+
+    await eventually(answered, timeout=ROLLOUT_TIMEOUT, interval=0.05, what=f"{url} answering")
 
 
 async def node_address(cluster: TestCluster) -> str:
