@@ -81,6 +81,31 @@ def refusal_bytes(status: int, content_type: bytes, body: bytes) -> bytes:
     )
 
 
+class _Deadline:
+    """One timer that is armed again from now, cancelled, or fired (then no longer armed)."""
+
+    def __init__(self, seconds: float, fire: Callable[[], None]) -> None:
+        self.seconds, self._fire = seconds, fire
+        self._handle: asyncio.TimerHandle | None = None
+
+    @property
+    def armed(self) -> bool:
+        return self._handle is not None
+
+    def arm(self) -> None:
+        self.cancel()
+        self._handle = asyncio.get_running_loop().call_later(self.seconds, self._fired)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _fired(self) -> None:
+        self._handle = None
+        self._fire()
+
+
 def guarded_protocol(
     base: type[Any], limits: RequestLimits, refusal: Refusal = plain_refusal
 ) -> type[asyncio.Protocol]:
@@ -93,34 +118,34 @@ def guarded_protocol(
             self._head_lines = 0
             self._head_bytes = 0
             self._head_started = False
-            self._head_timer: asyncio.TimerHandle | None = None
+            self._head_timer = _Deadline(limits.head_timeout, self._head_timed_out)
             self._in_body = False
-            self._body_timer: asyncio.TimerHandle | None = None
+            self._body_timer = _Deadline(limits.body_read_timeout, self._body_timed_out)
             super().connection_made(transport)
             if len(self.connections) > limits.max_connections:
                 self._refuse(503, f"more than {limits.max_connections} connections are open")
                 return
-            self._arm_head_timer()
+            self._head_timer.arm()
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm_head_timer()
-            self._disarm_body_timer()
+            self._head_timer.cancel()
+            self._body_timer.cancel()
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
             between = self.cycle is None or self.cycle.response_complete
-            if self._head_timer is None and not self._head_started and between:
-                self._arm_head_timer()  # the next request's first bytes, after keep-alive
+            if not self._head_timer.armed and not self._head_started and between:
+                self._head_timer.arm()  # the next request's first bytes, after keep-alive
             super().data_received(data)
             if self._in_body and not self.transport.is_closing():
-                self._arm_body_timer()  # a body still incomplete after this read
+                self._body_timer.arm()  # a body still incomplete after this read
 
         def on_message_begin(self) -> None:
             self._head_lines = 0
             self._head_bytes = 0
             self._head_started = True
-            if self._head_timer is None:
-                self._arm_head_timer()
+            if not self._head_timer.armed:
+                self._head_timer.arm()
             super().on_message_begin()
 
         def on_url(self, url: bytes) -> None:
@@ -132,14 +157,14 @@ def guarded_protocol(
                 super().on_header(name, value)
 
         def on_headers_complete(self) -> None:
-            self._disarm_head_timer()
+            self._head_timer.cancel()
             self._head_started = False
             self._in_body = True
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
             self._in_body = False
-            self._disarm_body_timer()
+            self._body_timer.cancel()
             super().on_message_complete()
 
         def _count(self, size: int, *, lines: int) -> bool:
@@ -156,28 +181,7 @@ def guarded_protocol(
                 return False
             return True
 
-        def _arm_head_timer(self) -> None:
-            self._disarm_head_timer()
-            loop = asyncio.get_running_loop()
-            self._head_timer = loop.call_later(limits.head_timeout, self._head_timed_out)
-
-        def _disarm_head_timer(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-
-        def _arm_body_timer(self) -> None:
-            self._disarm_body_timer()
-            loop = asyncio.get_running_loop()
-            self._body_timer = loop.call_later(limits.body_read_timeout, self._body_timed_out)
-
-        def _disarm_body_timer(self) -> None:
-            if self._body_timer is not None:
-                self._body_timer.cancel()
-                self._body_timer = None
-
         def _body_timed_out(self) -> None:
-            self._body_timer = None
             if not self._in_body or self.transport.is_closing():
                 return
             if self.cycle is not None and self.cycle.response_started:
@@ -186,7 +190,6 @@ def guarded_protocol(
             self._refuse(408, f"no byte of the request body for {limits.body_read_timeout:g} s")
 
         def _head_timed_out(self) -> None:
-            self._head_timer = None
             if self.transport.is_closing():
                 return
             if self._head_started:
@@ -195,8 +198,8 @@ def guarded_protocol(
                 self.transport.close()  # nothing sent at all (or idle after an answer)
 
         def _refuse(self, status: int, what: str) -> None:
-            self._disarm_head_timer()
-            self._disarm_body_timer()
+            self._head_timer.cancel()
+            self._body_timer.cancel()
             self._in_body = False
             content_type, body = refusal(status, what)
             self.transport.write(refusal_bytes(status, content_type, body))
