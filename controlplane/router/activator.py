@@ -194,6 +194,7 @@ class Activator:
         activity_window: float = DEFAULT_ACTIVITY_WINDOW_SECONDS,
         max_held: int = DEFAULT_MAX_HELD_REQUESTS,
         clock: TimeSource = time.monotonic,
+        tracing: bool = True,
     ) -> None:
         self.view = view
         self.coordinator = coordinator
@@ -220,6 +221,9 @@ class Activator:
         #: Requests held on this replica now, and how many it may hold (``--max-held-requests``).
         self.held = 0
         self.max_held = max_held
+        #: Whether spans are exported: without, a held request makes no ``hold`` span (a no-op
+        #: span still cost 2 KB per held request: its context managers and context tokens).
+        self.tracing = tracing
         self._group: anyio.abc.TaskGroup | None = None
 
     async def start(self) -> None:
@@ -320,7 +324,9 @@ class Activator:
             )
         self.held += 1
         try:
-            return await self._traced_hold(pool, member)
+            if self.tracing:
+                return await self._traced_hold(pool, member)
+            return await self._hold(pool, member, trace.INVALID_SPAN)
         finally:
             self.held -= 1
 

@@ -72,8 +72,13 @@ from controlplane.router.errors import (
     RequestTooLarge,
     UpstreamError,
     member_error_body,
+    upstream_error,
 )
-from controlplane.router.heldstream import DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS, serve_held_stream
+from controlplane.router.heldstream import (
+    DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS,
+    error_event,
+    serve_held_stream,
+)
 from controlplane.router.routing import (
     DEFAULT_MAX_JSON_DEPTH,
     Lookup,
@@ -82,7 +87,14 @@ from controlplane.router.routing import (
     validate_body,
 )
 from controlplane.router.routing import Route as BackendRoute
-from controlplane.router.upstream import Upstream, UpstreamAnswer, UpstreamFailure
+from controlplane.router.upstream import (
+    DEFAULT_MAX_ANSWER_BYTES,
+    Upstream,
+    UpstreamAnswer,
+    UpstreamFailure,
+    bounded_chunks,
+    check_declared,
+)
 from controlplane.runtime.metrics import REGISTRY, FilteredRegistry
 from controlplane.runtime.objects import ObjectView
 
@@ -118,6 +130,9 @@ class ProxyContext:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     #: JSON nested deeper is refused with 400 (``--max-json-depth``).
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    #: A member answer longer than this is cut: a 502 when it says so up front, else the end
+    #: of its stream (``--max-answer-bytes``).
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
     #: A number that changes whenever the router, a pool or an InferenceService in the caches
     #: does; None rebuilds the routing table on every request.
     generation: Callable[[], int] | None = None
@@ -237,6 +252,25 @@ async def _read_error_body(upstream: UpstreamAnswer) -> bytes:
 
 class ClientGone(Exception):
     """The client disconnected before its request body was read: nobody to answer."""
+
+
+class AnswerCut(Exception):
+    """A streamed answer that is not an event stream failed after its head was sent: the only
+    honest signal left is to close the connection without the body's end, so the client sees an
+    incomplete answer rather than a short one that looks whole. Raised out of the app, it is how
+    uvicorn closes a response mid-body; :class:`_AnswerCutFilter` keeps it out of uvicorn's error
+    log, since the proxy logged and counted it already."""
+
+
+class _AnswerCutFilter(logging.Filter):
+    """Drops uvicorn's "Exception in ASGI application" record for an :class:`AnswerCut`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, AnswerCut)
+
+
+_ANSWER_CUT_FILTER = _AnswerCutFilter()
 
 
 async def read_body(headers: Mapping[str, str], receive: Receive, limit: int) -> bytes:
@@ -362,6 +396,7 @@ class ProxyApp:
                     member=route.member,
                     interval=context.held_stream_keepalive,
                     expected_in=lambda: self.activator.expected_in(str(route.pool), route.member),
+                    max_answer_bytes=context.max_answer_bytes,
                 )
                 span.set_attribute("modelpool.reason", reason)
                 audit(
@@ -373,24 +408,38 @@ class ProxyApp:
             await _error(err, model or "-")(scope, receive, send)
             return
 
+        outcome = ["client_gone"]  # a streamed answer's reason, until its stream ends
+        closed = False
+
         async def close() -> None:
+            """Release the member's connection and in-flight count, and (a streamed answer's)
+            audit, once: the stream's end and the response's background task both call it."""
+            nonlocal closed
+            if closed:
+                return
+            closed = True
             await upstream.aclose()
             release()
+            if streaming:
+                audit(model, status, outcome[0], successes_at_info=context.audit_successes)
 
+        streaming = False
         status, answer_headers = upstream.status, upstream.headers
         span.set_attribute("http.response.status_code", status)
         span.set_attribute("modelpool.reason", "upstream")
         rewrite = _rewrites_error(status, answer_headers)
-        if rewrite or _whole(answer_headers):
-            try:
+        try:
+            if not rewrite:
+                check_declared(upstream, context.max_answer_bytes)
+            if rewrite or _whole(answer_headers):
                 answer = await (_read_error_body(upstream) if rewrite else upstream.read())
-            except UpstreamFailure as err:  # the member failed mid-answer, before we answered
-                await _error(UpstreamError(f"{route.member} at {url}: {err}"), model)(
-                    scope, receive, send
-                )
-                return
-            finally:
-                await close()
+        except UpstreamFailure as err:  # the member failed before we answered: one error
+            await close()
+            failed = upstream_error(route.member, url, err.kind, str(err))
+            await _error(failed, model)(scope, receive, send)
+            return
+        if rewrite or _whole(answer_headers):
+            await close()
             audit(model, status, "upstream", successes_at_info=context.audit_successes)
             if rewrite:
                 kept = {k: v for k, v in answer_headers.items() if k == "cache-control"}
@@ -400,14 +449,27 @@ class ProxyApp:
                 await _send_whole(send, status, _response_headers(answer_headers), answer)
             return
 
+        streaming = True
+        events = answer_headers.get("content-type", "").startswith("text/event-stream")
+
         async def passthrough() -> AsyncIterator[bytes]:
+            """The member's body as it comes; a failure after the head ends an event stream
+            with one error event, and cuts any other body short (:class:`AnswerCut`)."""
             try:
-                async for chunk in upstream.chunks():
+                async for chunk in bounded_chunks(upstream, context.max_answer_bytes):
                     yield chunk
+                outcome[0] = "upstream"
+            except UpstreamFailure as err:
+                failed = upstream_error(route.member, url, err.kind, str(err))
+                outcome[0] = failed.code
+                span.set_attribute("modelpool.reason", failed.code)
+                log.info("%s: %s", "stream ended with an error" if events else "answer cut", failed)
+                if not events:
+                    raise AnswerCut(failed.message) from err
+                yield error_event(failed.body())
             finally:
                 await close()
 
-        audit(model, status, "upstream", successes_at_info=context.audit_successes)
         streamed = StreamingResponse(
             passthrough(),
             status_code=status,
@@ -499,7 +561,7 @@ class ProxyApp:
         try:
             return await self.upstream.request("POST", full, headers, raw)
         except UpstreamFailure as err:
-            raise UpstreamError(f"{route.member} at {url}: {err}") from err
+            raise upstream_error(route.member, url, err.kind, str(err)) from err
 
 
 def _json(body: Any, headers: Mapping[str, str]) -> tuple[list[tuple[bytes, bytes]], bytes]:
@@ -511,6 +573,7 @@ def _json(body: Any, headers: Mapping[str, str]) -> tuple[list[tuple[bytes, byte
 
 def build_app(context: ProxyContext, activator: Activator, upstream: Upstream) -> ProxyApp:
     """The proxy app; ``upstream`` carries requests to members (closed by its owner)."""
+    logging.getLogger("uvicorn.error").addFilter(_ANSWER_CUT_FILTER)  # once: a set, by identity
     return ProxyApp(context, activator, upstream)
 
 

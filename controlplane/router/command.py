@@ -31,6 +31,7 @@ from controlplane.router.settings import (
     UPSTREAM_CLIENTS,
     RouterProxySettings,
 )
+from controlplane.router.upstream import DEFAULT_MAX_ANSWER_BYTES, UpstreamTimeouts
 from controlplane.runtime.requestlimits import (
     DEFAULT_BODY_READ_TIMEOUT_SECONDS,
     DEFAULT_HEAD_TIMEOUT_SECONDS,
@@ -115,6 +116,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default {DEFAULT_MAX_JSON_DEPTH})",
     )
     parser.add_argument(
+        "--max-answer-bytes",
+        type=positive_int,
+        default=DEFAULT_MAX_ANSWER_BYTES,
+        help="a member answer longer than this is cut: 502 upstream_answer_too_large when its "
+        "length says so up front, else a last error event (event streams) or a closed "
+        f"connection (default {DEFAULT_MAX_ANSWER_BYTES})",
+    )
+    parser.add_argument(
+        "--upstream-connect-timeout",
+        type=positive_float,
+        default=UpstreamTimeouts.connect,
+        help="seconds: a TCP connect to a member that takes longer is 502 upstream_error "
+        f"(default {UpstreamTimeouts.connect:g})",
+    )
+    parser.add_argument(
+        "--upstream-read-timeout",
+        type=positive_float,
+        default=UpstreamTimeouts.read,
+        help="seconds: a member that sends nothing for this long is 504 upstream_timeout before "
+        "its answer's head, a last error event or a closed connection after it (default "
+        f"{UpstreamTimeouts.read:g})",
+    )
+    parser.add_argument(
         "--upstream-client",
         choices=UPSTREAM_CLIENTS,
         default=DEFAULT_UPSTREAM_CLIENT,
@@ -175,6 +199,10 @@ def settings_from(args: argparse.Namespace) -> RouterProxySettings:
         body_read_timeout_seconds=args.body_read_timeout,
         max_connections=args.max_connections,
         upstream_client=args.upstream_client,
+        max_answer_bytes=args.max_answer_bytes,
+        upstream_timeouts=UpstreamTimeouts(
+            connect=args.upstream_connect_timeout, read=args.upstream_read_timeout
+        ),
         audit_successes=args.audit_successes,
         demand_report_interval_seconds=args.demand_report_interval,
         demand_report_duration_seconds=args.demand_report_duration,

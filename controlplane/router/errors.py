@@ -158,6 +158,47 @@ class UpstreamError(ProxyError):
     code = "upstream_error"
 
 
+class UpstreamTimeout(UpstreamError):
+    """The member sent nothing for longer than ``--upstream-read-timeout``."""
+
+    status = 504
+    code = "upstream_timeout"
+
+
+class UpstreamDisconnected(UpstreamError):
+    """The member closed the connection before its answer was complete."""
+
+    code = "upstream_disconnected"
+
+
+class UpstreamBadAnswer(UpstreamError):
+    """The member's answer is not valid HTTP."""
+
+    code = "upstream_bad_answer"
+
+
+class UpstreamAnswerTooLarge(UpstreamError):
+    """The member's answer is longer than the proxy passes on (``--max-answer-bytes``)."""
+
+    code = "upstream_answer_too_large"
+
+
+#: The error a client gets for each kind of member failure
+#: (:attr:`controlplane.router.upstream.UpstreamFailure.kind`); any other kind is
+#: :class:`UpstreamError`.
+UPSTREAM_ERRORS: dict[str, type[UpstreamError]] = {
+    "timeout": UpstreamTimeout,
+    "disconnected": UpstreamDisconnected,
+    "bad_answer": UpstreamBadAnswer,
+    "too_large": UpstreamAnswerTooLarge,
+}
+
+
+def upstream_error(member: str, url: str, kind: str, what: str) -> UpstreamError:
+    """The client's error for a member failure of ``kind``, naming the member and its address."""
+    return UPSTREAM_ERRORS.get(kind, UpstreamError)(f"{member} at {url}: {what}")
+
+
 #: ``code`` of a member's error whose own code is not a string (llama.cpp sends the HTTP status).
 MEMBER_ERROR_CODE = "member_error"
 #: The most of a member's error body that is read to rewrite it; a longer one passes as it is.

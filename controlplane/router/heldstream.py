@@ -32,10 +32,15 @@ import anyio
 from controlplane.router.errors import (
     MEMBER_ERROR_MAX_BYTES,
     ProxyError,
-    UpstreamError,
     member_error_body,
+    upstream_error,
 )
-from controlplane.router.upstream import UpstreamAnswer, UpstreamFailure
+from controlplane.router.upstream import (
+    DEFAULT_MAX_ANSWER_BYTES,
+    UpstreamAnswer,
+    UpstreamFailure,
+    bounded_chunks,
+)
 
 #: Off: held streams wait silently and errors keep their status (``--held-stream-keepalive``).
 DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS: Final = 0.0
@@ -70,6 +75,7 @@ async def serve_held_stream(
     member: str,
     interval: float,
     expected_in: Callable[[], int | None],
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
 ) -> tuple[int, str]:
     """Answer 200 now, send a comment every ``interval`` while ``dispatch`` holds, then the
     member's stream or one error event. Returns the status and reason the request is audited
@@ -109,7 +115,7 @@ async def serve_held_stream(
         return result.status, result.code
     upstream, url, release = result
     try:
-        return await _relay(send, upstream, member, url)
+        return await _relay(send, upstream, member, url, max_answer_bytes)
     finally:
         await upstream.aclose()
         release()
@@ -120,18 +126,20 @@ async def _relay(
     upstream: UpstreamAnswer,
     member: str,
     url: str,
+    max_answer_bytes: int,
 ) -> tuple[int, str]:
-    """The member's event stream as it comes; any other answer as one error event."""
+    """The member's event stream as it comes (at most ``max_answer_bytes``); any other answer
+    as one error event."""
     streams = upstream.headers.get("content-type", "").startswith("text/event-stream")
     try:
         if upstream.status == 200 and streams:
-            async for chunk in upstream.chunks():
+            async for chunk in bounded_chunks(upstream, max_answer_bytes):
                 await _body(send, chunk)
             await _body(send, b"", more=False)
             return 200, "upstream"
         raw = await upstream.read(MEMBER_ERROR_MAX_BYTES)
     except UpstreamFailure as err:  # the member failed mid-answer: say so in the stream
-        failed = UpstreamError(f"{member} at {url}: {err}")
+        failed = upstream_error(member, url, err.kind, str(err))
         await _body(send, error_event(failed.body()), more=False)
         return failed.status, failed.code
     status = upstream.status if upstream.status >= 400 else 502

@@ -24,7 +24,7 @@ from controlplane.router.demand import DemandReporter, LocalDemand, PoolLeases
 from controlplane.router.errors import request_refusal
 from controlplane.router.lease import LeaseCoordinator
 from controlplane.router.settings import UPSTREAM_CLIENTS, RouterProxySettings
-from controlplane.router.upstream import AiohttpUpstream, Upstream
+from controlplane.router.upstream import AiohttpUpstream, Upstream, UpstreamTimeouts
 from controlplane.runtime.coalescing import http_protocol
 from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.endpoints import member_urls
@@ -189,11 +189,11 @@ class ProxyServer:
             await self.upstream.aclose()
 
 
-def _upstream(client: str) -> Upstream:
+def _upstream(client: str, timeouts: UpstreamTimeouts) -> Upstream:
     """aiohttp's pool, or (for comparison) httpx's own transport, imported only then: the proxy's
     data path does not go through httpx."""
     if client == "aiohttp":
-        return AiohttpUpstream()
+        return AiohttpUpstream(timeouts)
     if client != "httpx":
         known = ", ".join(UPSTREAM_CLIENTS)
         raise ValueError(f"unknown upstream client {client!r}; known: {known}")
@@ -201,7 +201,7 @@ def _upstream(client: str) -> Upstream:
 
     from controlplane.router.upstream_httpx import HttpxUpstream
 
-    return HttpxUpstream(httpx.AsyncHTTPTransport(trust_env=False))
+    return HttpxUpstream(httpx.AsyncHTTPTransport(trust_env=False), timeouts)
 
 
 def build_router_proxy(
@@ -240,6 +240,7 @@ def build_router_proxy(
         leases=pool_leases,
         activity_window=settings.activity_window_seconds,
         max_held=settings.max_held_requests,
+        tracing=tracing,
     )
     manager.add(activator)
     manager.add(
@@ -269,12 +270,13 @@ def build_router_proxy(
         manager.not_ready_reasons,
         settings.max_body_bytes,
         max_json_depth=settings.max_json_depth,
+        max_answer_bytes=settings.max_answer_bytes,
         generation=view.generation,
         audit_successes=settings.audit_successes,
         tracing=tracing,
         held_stream_keepalive=settings.held_stream_keepalive_seconds,
     )
-    upstream = _upstream(settings.upstream_client)
+    upstream = _upstream(settings.upstream_client, settings.upstream_timeouts)
     sock = bind(*settings.bind_address)
     limits = RequestLimits(
         settings.max_header_count,

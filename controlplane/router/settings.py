@@ -6,7 +6,7 @@ build one directly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from controlplane.router.activator import DEFAULT_MAX_HELD_REQUESTS
@@ -19,6 +19,7 @@ from controlplane.router.demand import (
 from controlplane.router.heldstream import DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS
 from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
 from controlplane.router.routing import DEFAULT_MAX_JSON_DEPTH
+from controlplane.router.upstream import DEFAULT_MAX_ANSWER_BYTES, UpstreamTimeouts
 from controlplane.runtime.requestlimits import (
     DEFAULT_BODY_READ_TIMEOUT_SECONDS,
     DEFAULT_HEAD_TIMEOUT_SECONDS,
@@ -67,6 +68,10 @@ class RouterProxySettings:
     #: What carries requests to members: aiohttp's pool (:mod:`controlplane.router.upstream`), or
     #: httpx's own transport, httpcore's pool (for comparison).
     upstream_client: str = DEFAULT_UPSTREAM_CLIENT
+    #: A member answer longer than this is cut (502 when declared, else the stream's end).
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
+    #: The connect to a member, and each read of its answer (504 or the stream's end beyond).
+    upstream_timeouts: UpstreamTimeouts = field(default_factory=UpstreamTimeouts)
     #: Log every 2xx answer's audit line at INFO (by default at DEBUG; errors are always INFO).
     audit_successes: bool = False
     #: The demand report (docs/modelpool.md, "Scheduling the slot") is written at most this often.

@@ -21,7 +21,9 @@ Contract of every implementation:
 * failures are :class:`UpstreamFailure`, one subclass per kind: :class:`ConnectFailed` (the
   request was not sent: refused, or a kept-alive connection found closed when written),
   :class:`ConnectTimedOut`, :class:`ReadTimedOut`, :class:`Disconnected` (the member closed the
-  connection mid-answer or sent a broken one), :class:`ReadFailed` (anything else once sent).
+  connection mid-answer), :class:`BadAnswer` (what it sent is not valid HTTP), :class:`ReadFailed`
+  (anything else once sent); :class:`AnswerTooLarge` is raised by :func:`bounded_chunks`, the
+  one bound on an answer's size that the app applies to every answer it streams.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ from yarl import URL
 #: Connections kept per member: more than a llama.cpp server has slots, so a busy member queues
 #: requests itself (as it does for direct clients) rather than in the proxy.
 CONNECTIONS_PER_HOST: Final = 256
+#: The most of one member answer passed on (``--max-answer-bytes``): far above any completion
+#: or embedding batch, far below what a member that streams without end would send.
+DEFAULT_MAX_ANSWER_BYTES: Final = 1024 * 1024 * 1024
 #: Parsed member URLs kept (members come and go: the memo is emptied past this).
 URLS_KEPT: Final = 256
 
@@ -56,6 +61,9 @@ class UpstreamFailure(Exception):
 
     #: Whether the member cannot have taken the request (so sending it again is safe).
     unsent: ClassVar[bool] = False
+    #: What went wrong, in a word the app turns into the error the client gets
+    #: (:func:`controlplane.router.errors.upstream_error`).
+    kind: ClassVar[str] = "unreachable"
 
 
 class ConnectFailed(UpstreamFailure):
@@ -71,9 +79,26 @@ class ConnectTimedOut(UpstreamFailure):
 class ReadTimedOut(UpstreamFailure):
     """A read of the answer took longer than :attr:`UpstreamTimeouts.read`."""
 
+    kind = "timeout"
+
 
 class Disconnected(UpstreamFailure):
-    """The member closed the connection mid-answer, or its answer was not valid HTTP."""
+    """The member closed the connection before its answer was complete."""
+
+    kind = "disconnected"
+
+
+class BadAnswer(UpstreamFailure):
+    """What the member sent is not valid HTTP (a status line, a header or a chunk it cannot be):
+    sent, so never sent again, since the member may have taken it."""
+
+    kind = "bad_answer"
+
+
+class AnswerTooLarge(UpstreamFailure):
+    """The answer declares, or has sent, more bytes than the proxy passes on."""
+
+    kind = "too_large"
 
 
 class ReadFailed(UpstreamFailure):
@@ -132,6 +157,8 @@ def _failure(err: BaseException, connected: bool) -> UpstreamFailure:
         return ReadTimedOut(message)
     if isinstance(err, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
         return Disconnected(message)
+    if isinstance(err, aiohttp.ClientResponseError):  # aiohttp's parser refused the answer
+        return BadAnswer(message.splitlines()[0] if message else "not valid HTTP")
     if not connected:  # e.g. a kept-alive connection the member had closed, found when written
         return ConnectFailed(message)
     return ReadFailed(message)
@@ -238,3 +265,28 @@ class AiohttpUpstream:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def declared_length(answer: UpstreamAnswer) -> int | None:
+    """The answer's ``content-length`` as a number, None when absent or not a number."""
+    length = answer.headers.get("content-length")
+    return int(length) if length is not None and length.isdigit() else None
+
+
+def check_declared(answer: UpstreamAnswer, limit: int) -> None:
+    """Refuse an answer that says up front it is longer than ``limit`` bytes."""
+    length = declared_length(answer)
+    if length is not None and length > limit:
+        raise AnswerTooLarge(f"the answer declares {length} bytes, more than the {limit} passed on")
+
+
+async def bounded_chunks(answer: UpstreamAnswer, limit: int) -> AsyncIterator[bytes]:
+    """:meth:`UpstreamAnswer.chunks`, ended with :class:`AnswerTooLarge` once more than ``limit``
+    bytes came: a member that streams without end (or declares no size and sends gigabytes)
+    must not hold a client, and the proxy's connection, for ever."""
+    sent = 0
+    async for chunk in answer.chunks():
+        sent += len(chunk)
+        if sent > limit:
+            raise AnswerTooLarge(f"the answer went past the {limit} bytes passed on")
+        yield chunk

@@ -513,14 +513,16 @@ async def test_a_request_a_stopping_member_never_took_is_dispatched_again_after_
 
 @pytest.mark.anyio
 @pytest.mark.parametrize(
-    ("error", "calls_expected"),
+    ("error", "calls_expected", "code"),
     [
-        (httpx.RemoteProtocolError("Server disconnected"), 1),  # it may have taken the request
-        (httpx.ConnectError("Connection refused"), 3),  # the first send and two more, then 502
+        # it may have taken the request: not sent again
+        (httpx.RemoteProtocolError("Server disconnected"), 1, "upstream_disconnected"),
+        # the first send and two more, then 502
+        (httpx.ConnectError("Connection refused"), 3, "upstream_error"),
     ],
 )
 async def test_a_member_that_took_the_request_or_stays_unreachable_is_a_502(
-    error: httpx.HTTPError, calls_expected: int
+    error: httpx.HTTPError, calls_expected: int, code: str
 ) -> None:
     calls: list[str] = []
 
@@ -534,7 +536,7 @@ async def test_a_member_that_took_the_request_or_stays_unreachable_is_a_502(
     async with client:
         response = await client.post("/v1/chat/completions", json=chat)
     assert response.status_code == 502
-    assert response.json()["error"]["code"] == "upstream_error"
+    assert response.json()["error"]["code"] == code
     assert len(calls) == calls_expected
     assert activator.inflight.count("b") == 0
 
