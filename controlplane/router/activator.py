@@ -125,13 +125,20 @@ class ClusterView(Protocol):
 
 
 class Notifier:
-    """Wakes every waiter on any change (cache event, in-flight release, swap state)."""
+    """Wakes every waiter on any change it is told of, and every notifier it forwards to."""
 
     def __init__(self) -> None:
         self._event = anyio.Event()
         self._taken = False
+        self._forwards: list[Notifier] = []
+
+    def forward_to(self, other: Notifier) -> None:
+        """Every change this one is told of wakes ``other``'s waiters too."""
+        self._forwards.append(other)
 
     def notify(self) -> None:
+        for other in self._forwards:
+            other.notify()
         if not self._taken:
             return  # nobody holds the current event: nobody to wake (every request's end notifies)
         self._event.set()
@@ -199,8 +206,16 @@ class Activator:
         self.view = view
         self.coordinator = coordinator
         self.namespace = namespace
+        #: What can change a held request's answer: cache events, a swap's end, the stop, the
+        #: backstop. Held requests wait on it.
         self.notifier = notifier or Notifier()
-        self.inflight = inflight or InFlightRequests(self.notifier.notify, clock)
+        #: That, and what only the swap drivers act on: a request in flight or held ending (the
+        #: drain, the demand, a swap left unattended). Only drivers wait on it: an in-flight
+        #: release used to wake every held request, 5,000 task steps for each fast-path answer
+        #: (bench/README.md, "Slow clients and held capacity (issue 20)").
+        self.progress = Notifier()
+        self.notifier.forward_to(self.progress)
+        self.inflight = inflight or InFlightRequests(self.progress.notify, clock)
         self.local = local or LocalDemand(clock)
         #: The scheduler's inputs (pooled demand, residency, settings) and its verdict.
         self.schedule = PoolSchedule(
@@ -236,16 +251,20 @@ class Activator:
                 self._stop()
 
     async def _backstop(self) -> None:
-        """Wake every waiter at least every :data:`POLL_SECONDS` (progress is driven by cache
-        events; this is the backstop). One timer for all held requests, not one each: a held
-        request then costs one cancel scope, its budget (bench/README.md, "Held requests").
-        Each tick also notes the resident of every pool we route to, so a residency's start is
-        seen within a tick even when no request reads it."""
+        """Wake every swap driver at least every :data:`POLL_SECONDS` (progress is driven by
+        cache events; this is the backstop). Each tick also notes the resident of every pool we
+        route to, so a residency's start is seen within a tick even when no request reads it.
+
+        Held requests are not woken by it: every held request has a driver, which judges the
+        same readiness first on each wake (:meth:`_end`) and, once it holds, ends its swap and
+        wakes them all; what else ends a hold (its budget, a swap's error or end, the stop)
+        wakes it by itself. A tick that woke 5,000 held requests stalled the loop for 0.2 s
+        every second (bench/README.md, "Slow clients and held capacity (issue 20)")."""
         while True:
             await anyio.sleep(POLL_SECONDS)
             for pool in self.local.pools():
                 self.schedule.residency(pool)
-            self.notifier.notify()
+            self.progress.notify()
 
     def _stop(self) -> None:
         if not self.stopping:
@@ -379,7 +398,7 @@ class Activator:
             swap.waiters -= 1
             gauge.dec()
             metrics.HOLD_DURATION.labels(pool).observe(self.clock() - started)
-            self.notifier.notify()
+            self.progress.notify()  # its driver may be unattended now
 
     def _budget_elapsed(self, swap: Swap, budget: float) -> ProxyError:
         """The 503 for a request whose budget ran out, and the swap's linger for its retry."""
@@ -456,7 +475,7 @@ class Activator:
         next_claim = 0.0
         try:
             while (outcome := self._end(swap)) is None:
-                event = self.notifier.snapshot()
+                event = self.progress.snapshot()
                 wait = POLL_SECONDS  # woken earlier by any change; this is the backstop
                 if swap.holding:
                     if not await self._keep(swap):

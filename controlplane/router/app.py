@@ -94,6 +94,7 @@ from controlplane.router.upstream import (
     UpstreamFailure,
     bounded_chunks,
     check_declared,
+    whole_events,
 )
 from controlplane.runtime.metrics import REGISTRY, FilteredRegistry
 from controlplane.runtime.objects import ObjectView
@@ -455,8 +456,9 @@ class ProxyApp:
         async def passthrough() -> AsyncIterator[bytes]:
             """The member's body as it comes; a failure after the head ends an event stream
             with one error event, and cuts any other body short (:class:`AnswerCut`)."""
+            chunks = bounded_chunks(upstream, context.max_answer_bytes)
             try:
-                async for chunk in bounded_chunks(upstream, context.max_answer_bytes):
+                async for chunk in whole_events(chunks) if events else chunks:
                     yield chunk
                 outcome[0] = "upstream"
             except UpstreamFailure as err:

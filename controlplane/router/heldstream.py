@@ -40,6 +40,7 @@ from controlplane.router.upstream import (
     UpstreamAnswer,
     UpstreamFailure,
     bounded_chunks,
+    whole_events,
 )
 
 #: Off: held streams wait silently and errors keep their status (``--held-stream-keepalive``).
@@ -133,7 +134,7 @@ async def _relay(
     streams = upstream.headers.get("content-type", "").startswith("text/event-stream")
     try:
         if upstream.status == 200 and streams:
-            async for chunk in bounded_chunks(upstream, max_answer_bytes):
+            async for chunk in whole_events(bounded_chunks(upstream, max_answer_bytes)):
                 await _body(send, chunk)
             await _body(send, b"", more=False)
             return 200, "upstream"

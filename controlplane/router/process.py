@@ -222,7 +222,7 @@ def build_router_proxy(
     slices = manager.informer(ENDPOINT_SLICES, ns)
     leases = manager.informer(LEASES, ns, label_selector=POOL_LABEL)
     notifier = Notifier()
-    for informer in (routers, pools, isvcs, slices, leases):
+    for informer in (routers, pools, isvcs, slices):
         informer.add_handler(_Wake(notifier))
     view = CacheView(ns, settings.router, routers, pools, isvcs, slices, leases)
     coordinator = LeaseCoordinator(
@@ -242,6 +242,10 @@ def build_router_proxy(
         max_held=settings.max_held_requests,
         tracing=tracing,
     )
+    # A Lease change (the pool's intent, any replica's demand report: one every few seconds
+    # per replica) wakes the swap drivers only; a driver whose target it makes ready ends its
+    # swap and wakes the held requests (Activator._backstop says why not all of them).
+    leases.add_handler(_Wake(activator.progress))
     manager.add(activator)
     manager.add(
         DemandReporter(

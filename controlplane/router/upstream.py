@@ -290,3 +290,27 @@ async def bounded_chunks(answer: UpstreamAnswer, limit: int) -> AsyncIterator[by
         if sent > limit:
             raise AnswerTooLarge(f"the answer went past the {limit} bytes passed on")
         yield chunk
+
+
+#: Where an SSE event ends (a blank line; llama.cpp and OpenAI use the first).
+_EVENT_ENDS: Final = (b"\n\n", b"\r\n\r\n")
+
+
+async def whole_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """An event stream's ``chunks`` cut at event boundaries: a read's unfinished last event is
+    held back until the read that ends it. So when the stream breaks, what the client has is
+    whole events, and the error event that follows is read as one, never glued to half of
+    another. The end of a stream that finishes well passes as it came."""
+    tail = b""
+    async for chunk in chunks:
+        data = tail + chunk if tail else chunk
+        end = 0
+        for mark in _EVENT_ENDS:
+            at = data.rfind(mark)
+            if at >= 0:
+                end = max(end, at + len(mark))
+        tail = data[end:]
+        if end:
+            yield data[:end]
+    if tail:
+        yield tail

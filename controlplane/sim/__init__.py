@@ -11,6 +11,6 @@ This package is imported by the CLI at start-up, so it stays light: the ASGI app
 
 from __future__ import annotations
 
-from controlplane.sim.settings import SimSettings, SlotsMode
+from controlplane.sim.settings import AnswerMode, SimSettings, SlotsMode
 
-__all__ = ["SimSettings", "SlotsMode"]
+__all__ = ["AnswerMode", "SimSettings", "SlotsMode"]

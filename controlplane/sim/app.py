@@ -13,6 +13,8 @@ Endpoints (as llama-server has them, plus one admin endpoint for tests):
   as server-sent events when ``stream`` is true.
 - ``GET|POST /sim/slots-mode``: read or switch the ``/slots`` mode at run time
   (``{"mode": "error500", "seconds": 5}`` switches for 5 s, then back).
+- ``GET|POST /sim/answer-mode``: the same for how completions are answered (``garbage``, ``cut``,
+  ``huge``, ``stall``, ``error-text``: :mod:`controlplane.sim.faults`).
 
 While the model loads, every endpoint but the admin one answers 503 like llama-server. Every error
 body is ``{"error": {"code", "message", "type"}}``; a chat body that is not JSON is a 500
@@ -22,10 +24,11 @@ with a 400 before any member sees it).
 
 from __future__ import annotations
 
+import enum
 import secrets
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from starlette.applications import Starlette
@@ -45,13 +48,15 @@ from controlplane.sim.errors import (
     SimulatedServerError,
     SlotsEndpointDisabled,
 )
+from controlplane.sim.faults import faulty_answer
 from controlplane.sim.model import SimulatedModel
-from controlplane.sim.settings import SlotsMode
+from controlplane.sim.settings import AnswerMode, SlotsMode
 from controlplane.sim.slotcache import SlotActions, SlotCaches, account_cache, message_tokens
 from controlplane.sim.text import count_prompt_tokens, plan_reply
 
 JSON_MEDIA_TYPE = "application/json; charset=utf-8"
 SSE_MEDIA_TYPE = "text/event-stream"
+Mode = TypeVar("Mode", bound=enum.Enum)
 #: The last event of every stream, as OpenAI and llama-server send it.
 DONE_EVENT = b"data: [DONE]\n\n"
 
@@ -129,17 +134,27 @@ class SimulatorEndpoints:
 
     async def slots_mode(self, request: Request) -> Response:
         if request.method == "POST":
-            self.model.set_slots_mode(*_parse_slots_mode(await request.body()))
-        answer: dict[str, Any] = {"mode": self.model.slots_mode.value}
-        left = self.model.slots_mode_seconds_left
-        if left is not None:
-            answer["seconds_left"] = round(left, 3)
-        return JSONBody(answer)
+            self.model.set_slots_mode(*_parse_mode(await request.body(), SlotsMode))
+        return _mode_answer(self.model.slots_mode, self.model.slots_mode_seconds_left)
+
+    async def answer_mode(self, request: Request) -> Response:
+        if request.method == "POST":
+            self.model.set_answer_mode(*_parse_mode(await request.body(), AnswerMode))
+        return _mode_answer(self.model.answer_mode, self.model.answer_mode_seconds_left)
 
     async def chat_completions(self, request: Request) -> Response:
         self._require_loaded()
         chat = parse_chat_request(await request.body())
         completion = _Completion(self.model, chat, self.caches)
+        mode = self.model.answer_mode
+        if mode is not AnswerMode.NORMAL:
+            return faulty_answer(
+                mode,
+                stream=chat.stream,
+                model=self.settings.model_name,
+                chunks=completion.events if chat.stream else completion.whole_bytes,
+                hang=lambda: self.model.hang(self.settings.stall_seconds),
+            )
         if chat.stream:
             return StreamingResponse(completion.events(), media_type=SSE_MEDIA_TYPE)
         return JSONBody(await completion.whole())
@@ -198,6 +213,10 @@ class _Completion:
         )
         return account_cache(body, cached)
 
+    async def whole_bytes(self) -> AsyncIterator[bytes]:
+        """:meth:`whole` as the bytes it is sent as."""
+        yield msgspec.json.encode(await self.whole())
+
     async def events(self) -> AsyncIterator[bytes]:
         """The stream: role, one chunk per token, the finish chunk, [usage], ``[DONE]``.
 
@@ -232,16 +251,23 @@ class _Completion:
         yield DONE_EVENT
 
 
-def _parse_slots_mode(body: bytes) -> tuple[SlotsMode, float | None]:
+def _mode_answer(mode: enum.Enum, left: float | None) -> Response:
+    answer: dict[str, Any] = {"mode": mode.value}
+    if left is not None:
+        answer["seconds_left"] = round(left, 3)
+    return JSONBody(answer)
+
+
+def _parse_mode(body: bytes, modes: type[Mode]) -> tuple[Mode, float | None]:
     """``{"mode": MODE}``, optionally with ``"seconds"``: how long the switch lasts."""
     try:
         data = msgspec.json.decode(body)
     except msgspec.DecodeError as err:
         raise InvalidRequest(f"request body is not valid JSON: {err}") from None
-    choices = ", ".join(mode.value for mode in SlotsMode)
+    choices = ", ".join(mode.value for mode in modes)
     mode = data.get("mode") if isinstance(data, dict) else None
     try:
-        parsed = SlotsMode(mode)
+        parsed = modes(mode)
     except ValueError:
         raise InvalidRequest(f"'mode' must be one of {choices}, got {mode!r}") from None
     seconds = data.get("seconds")
@@ -265,6 +291,7 @@ def build_app(model: SimulatedModel) -> Starlette:
         Route("/v1/chat/completions", endpoints.chat_completions, methods=["POST"]),
         Route("/chat/completions", endpoints.chat_completions, methods=["POST"]),
         Route("/sim/slots-mode", endpoints.slots_mode, methods=["GET", "POST"]),
+        Route("/sim/answer-mode", endpoints.answer_mode, methods=["GET", "POST"]),
     ]
     handlers = {SimError: endpoints.sim_error, HTTPException: endpoints.http_error}
     return Starlette(routes=routes, exception_handlers=handlers)

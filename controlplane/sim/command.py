@@ -26,7 +26,9 @@ from controlplane.sim.settings import (
     DEFAULT_REPLY_TOKENS,
     DEFAULT_SLOTS,
     DEFAULT_SLOW_SLOTS_SECONDS,
+    DEFAULT_STALL_SECONDS,
     DEFAULT_TOKEN_SECONDS,
+    AnswerMode,
     SimSettings,
     SlotsMode,
 )
@@ -80,7 +82,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_SLOW_SLOTS_SECONDS,
         help="how long /slots hangs in slow mode",
     )
-
+    parser.add_argument(
+        "--answer-mode",
+        choices=[mode.value for mode in AnswerMode],
+        default=AnswerMode.NORMAL.value,
+        help="how chat completions are answered: as llama-server does, or broken (switch at run "
+        "time with POST /sim/answer-mode)",
+    )
+    parser.add_argument(
+        "--stall-seconds",
+        type=seconds,
+        default=DEFAULT_STALL_SECONDS,
+        help="how long an answer stalls mid-body in stall mode",
+    )
     parser.add_argument(
         "--slot-save-path",
         type=_folder,
@@ -119,6 +133,8 @@ def settings_from(args: argparse.Namespace) -> SimSettings:
         slow_slots_seconds=args.slow_slots_seconds,
         slot_save_path=args.slot_save_path,
         slot_restore_delay_seconds=args.slot_restore_delay,
+        answer_mode=AnswerMode(args.answer_mode),
+        stall_seconds=args.stall_seconds,
     )
 
 

@@ -13,10 +13,10 @@ Contract, mirroring llama-server where the control plane looks at it:
   reports only that it is idle (:attr:`SlotState.used` is false).
 - Generation produces one token per ``token_seconds`` of the model's clock.
 
-The ``/slots`` failure mode lives here too, because tests flip it at run time through the app.
-A switch may be timed (:meth:`SimulatedModel.set_slots_mode` with ``seconds``): the mode reverts by
-itself, read lazily on the model's clock, so a test that breaks ``/slots`` "for a while" leaves no
-member broken even if it is cancelled before it could switch the mode back.
+The failure modes (of ``/slots``, and of the answers to completions) live here too, because tests
+flip them at run time through the app. A switch may be timed (``seconds``, in
+:class:`~controlplane.sim.switch.TimedSwitch`): the mode reverts by itself, so a member broken
+"for a while" is not left broken.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from collections.abc import AsyncIterator, Sequence
 import anyio
 
 from controlplane.sim.clock import AnyioClock, Clock
-from controlplane.sim.settings import SimSettings, SlotsMode
+from controlplane.sim.settings import AnswerMode, SimSettings, SlotsMode
+from controlplane.sim.switch import TimedSwitch
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +76,8 @@ class SimulatedModel:
     def __init__(self, settings: SimSettings, clock: Clock | None = None) -> None:
         self.settings = settings
         self.clock: Clock = clock if clock is not None else AnyioClock()
-        self._slots_mode: SlotsMode = settings.slots_mode
-        #: A timed switch: (when it ends on the model's clock, the mode to return to).
-        self._slots_mode_until: tuple[float, SlotsMode] | None = None
+        self._slots_switch = TimedSwitch(settings.slots_mode, self.clock)
+        self._answer_switch = TimedSwitch(settings.answer_mode, self.clock)
         self._loaded = anyio.Event()
         self._closing = anyio.Event()
         self._slots = [Slot(id=index) for index in range(settings.slots)]
@@ -122,16 +122,12 @@ class SimulatedModel:
         with anyio.move_on_after(seconds):
             await self._closing.wait()
 
-    # -- the /slots failure mode --------------------------------------------------------------
+    # -- the failure modes ----------------------------------------------------------------------
 
     @property
     def slots_mode(self) -> SlotsMode:
         """How ``/slots`` answers now; a timed switch that has run out has reverted."""
-        if self._slots_mode_until is not None:
-            until, previous = self._slots_mode_until
-            if self.clock.now() >= until:
-                self._slots_mode, self._slots_mode_until = previous, None
-        return self._slots_mode
+        return self._slots_switch.mode
 
     @slots_mode.setter
     def slots_mode(self, mode: SlotsMode) -> None:
@@ -140,21 +136,25 @@ class SimulatedModel:
     def set_slots_mode(self, mode: SlotsMode, seconds: float | None = None) -> None:
         """Switch how ``/slots`` answers; with ``seconds``, only for that long, then back to the
         mode in force before the switch."""
-        current = self.slots_mode
-        if seconds is None:
-            self._slots_mode, self._slots_mode_until = mode, None
-            return
-        previous = self._slots_mode_until[1] if self._slots_mode_until else current
-        self._slots_mode = mode
-        self._slots_mode_until = (self.clock.now() + seconds, previous)
+        self._slots_switch.set(mode, seconds)
 
     @property
     def slots_mode_seconds_left(self) -> float | None:
         """How long a timed switch still lasts; None when the mode is not timed."""
-        _ = self.slots_mode  # a switch that has run out reverts here
-        if self._slots_mode_until is None:
-            return None
-        return max(self._slots_mode_until[0] - self.clock.now(), 0.0)
+        return self._slots_switch.seconds_left
+
+    @property
+    def answer_mode(self) -> AnswerMode:
+        """How chat completions are answered now (:mod:`controlplane.sim.faults`)."""
+        return self._answer_switch.mode
+
+    def set_answer_mode(self, mode: AnswerMode, seconds: float | None = None) -> None:
+        """Switch how completions are answered; with ``seconds``, only for that long."""
+        self._answer_switch.set(mode, seconds)
+
+    @property
+    def answer_mode_seconds_left(self) -> float | None:
+        return self._answer_switch.seconds_left
 
     # -- slots ---------------------------------------------------------------------------------
 

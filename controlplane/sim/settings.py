@@ -26,6 +26,11 @@ DEFAULT_N_CTX = 4096
 DEFAULT_REPLY_TOKENS = 8
 #: How long ``/slots`` hangs in ``slow`` mode: far past any probe timeout.
 DEFAULT_SLOW_SLOTS_SECONDS = 60.0
+#: How long an answer stalls mid-body in ``stall`` answer mode: far past a proxy's read timeout
+#: in tests that set one, and ended early by shutdown.
+DEFAULT_STALL_SECONDS = 60.0
+#: What a ``huge`` answer declares and sends, if the client reads that far: 10 GiB.
+HUGE_ANSWER_BYTES = 10 * 1024**3
 
 
 class SlotsMode(enum.Enum):
@@ -40,9 +45,29 @@ class SlotsMode(enum.Enum):
     SLOW = "slow"
 
 
+class AnswerMode(enum.Enum):
+    """How chat completions are answered: as llama-server does, or as a broken member would
+    (:mod:`controlplane.sim.faults`); what a proxy in front must survive without a hung client
+    or a leaked connection."""
+
+    NORMAL = "normal"
+    #: Bytes that are not HTTP at all, then the connection closes.
+    GARBAGE = "garbage"
+    #: The answer's head and part of its body, then the connection closes.
+    CUT = "cut"
+    #: A body of :data:`HUGE_ANSWER_BYTES` (declared when not streamed; events when streamed),
+    #: sent for as long as the client reads.
+    HUGE = "huge"
+    #: The head and part of the body, then nothing for ``stall_seconds``, then the rest.
+    STALL = "stall"
+    #: 500 with an HTML body, as a crashed server or a proxy's error page would send.
+    ERROR_TEXT = "error-text"
+
+
 @dataclasses.dataclass(frozen=True)
 class SimSettings:
-    """One simulated llama-server: what it serves, how fast, and how ``/slots`` behaves."""
+    """One simulated llama-server: what it serves, how fast, and how ``/slots`` and its answers
+    behave."""
 
     host: str = DEFAULT_HOST
     #: 0 picks a free port; the server prints the one it got.
@@ -65,12 +90,14 @@ class SimSettings:
     slot_save_path: Path | None = None
     #: Every restore first hangs this long (or until shutdown): a restore that does not answer.
     slot_restore_delay_seconds: float = 0.0
+    answer_mode: AnswerMode = AnswerMode.NORMAL
+    stall_seconds: float = DEFAULT_STALL_SECONDS
 
     def __post_init__(self) -> None:
         if self.slots < 1:
             raise ValueError(f"slots must be at least 1, got {self.slots}")
         if min(self.load_seconds, self.token_seconds, self.slow_slots_seconds,
-               self.slot_restore_delay_seconds) < 0:  # fmt: skip
+               self.slot_restore_delay_seconds, self.stall_seconds) < 0:  # fmt: skip
             raise ValueError("durations must not be negative")
         if self.reply_tokens < 0 or self.n_ctx < 1:
             raise ValueError("reply_tokens must be >= 0 and n_ctx >= 1")

@@ -13,7 +13,7 @@ import pytest
 
 from controlplane.sim.app import build_app
 from controlplane.sim.model import SimulatedModel
-from controlplane.sim.settings import SimSettings, SlotsMode
+from controlplane.sim.settings import AnswerMode, SimSettings, SlotsMode
 from controlplane.sim.testing import GatedClock, ManualClock, wait_until
 from controlplane.sim.text import reply_tokens
 
@@ -392,3 +392,35 @@ async def test_a_wrong_method_is_a_json_error_not_a_completion() -> None:
         response = await client.get("/v1/chat/completions")
     assert response.status_code == 405
     assert response.json()["error"]["code"] == 405
+
+
+async def test_answer_mode_switches_for_a_while_through_the_admin_endpoint() -> None:
+    clock = ManualClock()
+    async with serving(loaded(clock)) as client:
+        assert (await client.get("/sim/answer-mode")).json() == {"mode": "normal"}
+        switched = await client.post("/sim/answer-mode", json={"mode": "error-text", "seconds": 5})
+        assert switched.json() == {"mode": "error-text", "seconds_left": 5.0}
+        page = await client.post("/v1/chat/completions", json=CHAT)
+        assert page.status_code == 500
+        assert page.headers["content-type"].startswith("text/html")
+        clock.time += 5
+        await post_chat(client)  # the switch ran out: answered as llama-server does
+        bad = await client.post("/sim/answer-mode", json={"mode": "slow"})
+        assert bad.status_code == 400
+        assert "garbage, cut, huge, stall, error-text" in bad.json()["error"]["message"]
+
+
+async def test_a_stalled_answer_sends_half_its_body_then_the_rest_once_the_stall_ends() -> None:
+    model = loaded(stall_seconds=3600, answer_mode=AnswerMode.STALL)
+    async with serving(model) as client, anyio.create_task_group() as group:
+        answers: list[httpx.Response] = []
+
+        async def ask() -> None:
+            answers.append(await client.post("/v1/chat/completions", json=CHAT))
+
+        group.start_soon(ask)
+        await anyio.sleep(0.2)
+        assert answers == []  # stalled mid-body
+        model.begin_shutdown()  # the stall ends with the server's shutdown
+    assert answers[0].status_code == 200
+    assert answers[0].json()["object"] == "chat.completion"
