@@ -8,7 +8,11 @@ small and the same for every server measured (the member direct, our proxy, ngin
 * ``stream URL N``: N streamed completions one after another: time to first ``data:`` event, and
   the arrival time of every event (streaming overhead);
 * ``clients URL N``: the proxy's candidate upstream clients (httpx, aiohttp) sending N small
-  completions to one server, one at a time and 16 at a time, in this process (choice of client).
+  completions to one server, one at a time and 16 at a time, in this process (choice of client);
+* ``slow URL N``: N slow or idle connections at once (``--kinds``: sending nothing, a head that
+  trickles a header line every ``--head-interval`` s, a body that stalls), each kept until the
+  server closes it or ``--timeout`` passes: per kind, how many the server closed, when, and
+  with what (the slow-client phase and tests/e2e/test_slow_clients.py).
 
 Each prints one JSON object per line on stdout; the harness reads them.
 """
@@ -17,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import itertools
 import json
 import resource
 import statistics
@@ -64,17 +70,17 @@ def raise_nofile(wanted: int) -> int:
 # -- held requests -------------------------------------------------------------------------------
 
 
-async def hold(url: str, count: int, model: str, timeout: float) -> None:
+async def hold(url: str, count: int, model: str, timeout: float, stages: list[int]) -> None:
+    """``count`` requests held at once. With ``stages`` (ascending counts), the connections open
+    in steps: after each step's requests are written, a ``written`` line says how many, and the
+    next step waits for a line on stdin (the harness measures the proxy in between)."""
     raise_nofile(count + 256)
     host, port, raw = request_bytes(url, "/v1/chat/completions", chat_body(model))
-    written = 0
-    all_written = asyncio.Event()
     statuses: Counter[str] = Counter()
     answered: list[float] = []
     connect_gate = asyncio.Semaphore(256)  # the listen backlog is 1,024: do not flood it
 
-    async def one() -> None:
-        nonlocal written
+    async def one(written: list[int], step_done: asyncio.Event, step_size: int) -> None:
         try:
             async with connect_gate:
                 reader, writer = await asyncio.open_connection(host, port)
@@ -82,13 +88,12 @@ async def hold(url: str, count: int, model: str, timeout: float) -> None:
             await writer.drain()
         except OSError as err:
             statuses[f"connect:{type(err).__name__}"] += 1
-            written += 1
-            if written == count:
-                all_written.set()
+            reader = None
+        written[0] += 1
+        if written[0] == step_size:
+            step_done.set()
+        if reader is None:
             return
-        written += 1
-        if written == count:
-            all_written.set()
         try:
             data = await reader.read()  # Connection: close: until the server closes
             line = data.split(b"\r\n", 1)[0].split()
@@ -100,9 +105,16 @@ async def hold(url: str, count: int, model: str, timeout: float) -> None:
             writer.close()
 
     started = time.monotonic()
-    tasks = [asyncio.create_task(one()) for _ in range(count)]
-    await all_written.wait()
-    emit({"event": "written", "count": count, "seconds": time.monotonic() - started})
+    tasks: list[asyncio.Task[None]] = []
+    steps = [n for n in stages if 0 < n < count] + [count]
+    for index, target in enumerate(steps):
+        if index:
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        written, step_done = [0], asyncio.Event()
+        size = target - len(tasks)
+        tasks += [asyncio.create_task(one(written, step_done, size)) for _ in range(size)]
+        await step_done.wait()
+        emit({"event": "written", "count": target, "seconds": time.monotonic() - started})
     _, pending = await asyncio.wait(tasks, timeout=timeout)
     for task in pending:
         task.cancel()
@@ -116,6 +128,133 @@ async def hold(url: str, count: int, model: str, timeout: float) -> None:
             "spread_seconds": (max(answered) - min(answered)) if answered else None,
         }
     )
+
+
+# -- slow and idle connections ------------------------------------------------------------------
+
+#: The kinds of slow client (``slow --kinds``): a connection that sends nothing; a request head
+#: that trickles one header line every ``--head-interval`` seconds; a head whose body stops after
+#: its first bytes.
+SLOW_KINDS = ("idle", "head", "body")
+#: A body kind's declared and sent sizes: it sends a sixteenth and stalls.
+SLOW_BODY_DECLARED = 1024
+SLOW_BODY_SENT = 64
+
+
+def slow_opening(kind: str, host: str, port: int) -> bytes:
+    """What a slow client of ``kind`` sends first (then nothing, or one header line at a time)."""
+    if kind == "idle":
+        return b""
+    head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\n".encode()
+    if kind == "head":
+        return head
+    return (
+        head
+        + (
+            f"Content-Type: application/json\r\nContent-Length: {SLOW_BODY_DECLARED}\r\n\r\n"
+        ).encode()
+        + b"{"
+        + b" " * (SLOW_BODY_SENT - 1)
+    )
+
+
+async def read_until_closed(reader: asyncio.StreamReader) -> bytes:
+    """Everything the server sends until it closes (a reset counts as a close)."""
+    received = b""
+    with contextlib.suppress(ConnectionResetError):
+        while data := await reader.read(65536):
+            received += data
+    return received
+
+
+async def trickle(writer: asyncio.StreamWriter, interval: float) -> None:
+    """One header line every ``interval`` seconds until the server closes."""
+    with contextlib.suppress(OSError):
+        for line in itertools.count():
+            await asyncio.sleep(interval)
+            if writer.is_closing():
+                return
+            writer.write(b"x-slow-%d: 1\r\n" % line)
+            await writer.drain()
+
+
+async def slow_one(
+    kind: str, host: str, port: int, gate: asyncio.Semaphore, opened: asyncio.Event,
+    interval: float, timeout: float,
+) -> dict[str, Any]:  # fmt: skip
+    """One slow connection: when and how it ended, measured from when it was open."""
+    try:
+        async with gate:
+            reader, writer = await asyncio.open_connection(host, port)
+    except OSError as err:
+        opened.set()
+        return {"kind": kind, "outcome": f"connect:{type(err).__name__}"}
+    started = time.monotonic()
+    opened.set()
+    writer.write(slow_opening(kind, host, port))
+    sender = asyncio.create_task(trickle(writer, interval)) if kind == "head" else None
+    try:
+        received = await asyncio.wait_for(read_until_closed(reader), timeout)
+    except TimeoutError:
+        return {"kind": kind, "outcome": "open_at_end"}  # the client closes it, below
+    finally:
+        if sender is not None:
+            sender.cancel()
+        writer.close()
+    line = received.split(b"\r\n", 1)[0].split()
+    status = line[1].decode() if len(line) > 1 else "none"
+    return {
+        "kind": kind,
+        "outcome": "closed_by_server",
+        "status": status,
+        "seconds": time.monotonic() - started,
+    }
+
+
+def slow_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per kind: how many the server closed, how long after opening, with which answer."""
+    summary: dict[str, Any] = {}
+    for kind in sorted({r["kind"] for r in results}):
+        mine = [r for r in results if r["kind"] == kind]
+        closed = sorted(r["seconds"] for r in mine if r["outcome"] == "closed_by_server")
+        summary[kind] = {
+            "opened": len(mine),
+            "outcomes": dict(Counter(r["outcome"] for r in mine)),
+            "statuses": dict(Counter(r.get("status", "-") for r in mine)),
+            "closed_by_server": len(closed),
+            "close_seconds": {
+                "min": closed[0],
+                "p50": statistics.median(closed),
+                "p99": closed[int(0.99 * (len(closed) - 1))],
+                "max": closed[-1],
+            }
+            if closed
+            else None,
+        }
+    return summary
+
+
+async def slow(url: str, count: int, kinds: list[str], interval: float, timeout: float) -> None:
+    """``count`` slow connections, shared evenly among ``kinds``, all open at once; an ``opened``
+    line when they are, and one ``slow`` line with :func:`slow_summary` when every one has been
+    closed by the server or has been open ``timeout`` seconds (then this client closes it)."""
+    raise_nofile(count + 256)
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    gate = asyncio.Semaphore(256)  # the listen backlog is 1,024: do not flood it
+    opened = [asyncio.Event() for _ in range(count)]
+    started = time.monotonic()
+    tasks = [
+        asyncio.create_task(
+            slow_one(kinds[i % len(kinds)], host, port, gate, opened[i], interval, timeout)
+        )
+        for i in range(count)
+    ]
+    for event in opened:
+        await event.wait()
+    emit({"event": "opened", "count": count, "seconds": time.monotonic() - started})
+    results = await asyncio.gather(*tasks)
+    emit({"event": "slow", "seconds": time.monotonic() - started, "kinds": slow_summary(results)})
 
 
 # -- streaming -----------------------------------------------------------------------------------
@@ -232,15 +371,27 @@ async def clients(url: str, count: int, model: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["hold", "stream", "clients"])
+    parser.add_argument("mode", choices=["hold", "stream", "clients", "slow"])
     parser.add_argument("url")
     parser.add_argument("count", type=int)
     parser.add_argument("--model", default="model-a")
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument(
+        "--stages", default="", help="hold: counts to pause at (comma-separated), e.g. 1000,5000"
+    )
+    parser.add_argument("--kinds", default=",".join(SLOW_KINDS), help="slow: the kinds to open")
+    parser.add_argument(
+        "--head-interval", type=float, default=3.0, help="slow: seconds between header lines"
+    )
     args = parser.parse_args(argv)
+    if args.mode == "slow":
+        kinds = [k for k in args.kinds.split(",") if k in SLOW_KINDS]
+        asyncio.run(slow(args.url, args.count, kinds, args.head_interval, args.timeout))
+        return 0
     if args.mode == "hold":
-        coro = hold(args.url, args.count, args.model, args.timeout)
+        stages = [int(n) for n in args.stages.split(",") if n]
+        coro = hold(args.url, args.count, args.model, args.timeout, stages)
     elif args.mode == "stream":
         coro = stream(args.url, args.count, args.model, args.tokens)
     else:

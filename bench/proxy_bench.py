@@ -14,8 +14,14 @@ fed by its own watches. Phases (``--phases``, in this order):
 * ``stream``: streamed completions, direct and through the proxy: time to the first event and
   the first-to-last event time (the per-chunk delay is the difference over the event count);
 * ``clients``: the proxy's candidate upstream clients (httpx, aiohttp) against the member;
-* ``held``: N concurrent requests for a parked member whose load takes ``--held-load-seconds``:
-  the proxy's RSS per held request, its CPU while holding, and every answer once it is up;
+* ``held``: ``--held`` (10,000) requests for a parked member whose load takes
+  ``--held-load-seconds``, opened in steps: the proxy's RSS at 0, 1,000, 5,000 and all held
+  (each read once its ``modelpool_held_requests`` says so), the slope per request from 1,000 on,
+  its CPU while holding, and every answer once the member is up;
+* ``slow``: ``--slow`` slow or idle connections and ``--slow-held`` held requests on one replica
+  at once, with wrk's normal requests for the resident of a second pool: their p50/p99 with and
+  without the slow load, when the proxy closed each slow socket, its RSS, and the renewals of the
+  pool Lease it holds meanwhile (issue 20);
 * ``swap``: ``--swaps`` cold requests alternating between two members, each split into phases
   from watch timestamps (the pool's Lease, members, pods, EndpointSlices, pool status, Events).
 
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import resource
@@ -40,6 +47,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -66,6 +74,10 @@ from controlplane.runtime.cache import Store
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.endpoints import member_urls
+from controlplane.runtime.requestlimits import (
+    DEFAULT_BODY_READ_TIMEOUT_SECONDS,
+    DEFAULT_HEAD_TIMEOUT_SECONDS,
+)
 from controlplane.runtime.resources import (
     ENDPOINT_SLICES,
     EVENTS,
@@ -81,12 +93,15 @@ from controlplane.runtime.resources import (
 REPO: Final = Path(__file__).resolve().parents[1]
 NAMESPACE: Final = "bench"
 POOL: Final = "gpu-0"
+#: The slow phase's second pool: its one member d is resident, the normal requests' target
+#: while pool gpu-0 swaps to c for the held ones (a swap closes admission to gpu-0's resident).
+NORMAL_POOL: Final = "gpu-1"
 ISVC: Final = InferenceService.resource()
 POOL_RESOURCE: Final = ModelPool.resource()
 ROUTER: Final = ModelRouter.resource()
 PROXY_ACCOUNT: Final = "bench-router-proxy"
 ISVC_LABEL: Final = "inference.modelpool.dev/inferenceservice"
-PHASES: Final = ("fast", "stream", "clients", "held", "swap")
+PHASES: Final = ("fast", "stream", "clients", "held", "slow", "swap")
 #: Proxy variants, ``SERVER-CLIENT``: the server side is ``h11`` (uvicorn's h11 parser on asyncio's
 #: loop: uvloop and httptools are hidden from the process, an import of either fails) or
 #: ``httptools`` (httptools on uvloop: both must be importable); the client is the proxy's
@@ -306,17 +321,19 @@ class System:
             raise RuntimeError(f"{member} has no ready endpoint")
         return urls[0]
 
-    async def pool_status(self) -> Object:
-        return (await self.admin.get(POOL_RESOURCE, POOL, NAMESPACE)).get("status") or {}
+    async def pool_status(self, pool: str = POOL) -> Object:
+        return (await self.admin.get(POOL_RESOURCE, pool, NAMESPACE)).get("status") or {}
 
-    async def wait_resident(self, member: str, timeout: float = 120.0) -> None:
+    async def wait_resident(self, member: str, timeout: float = 120.0, pool: str = POOL) -> None:
         async def resident() -> bool:
-            status = await self.pool_status()
+            status = await self.pool_status(pool)
             return status.get("residentMember") == member and status.get("phase") == "Ready"
 
         await eventually(resident, timeout, f"{member} resident and Ready")
 
-    def start_proxy(self, variant: str, extra_path: str) -> RouterProxyProcess:
+    def start_proxy(
+        self, variant: str, extra_path: str, extra_args: Sequence[str] = ()
+    ) -> RouterProxyProcess:
         server, client = variant.split("-")
         env_path = [str(REPO)]
         if server == "h11":
@@ -332,7 +349,7 @@ class System:
                 NAMESPACE,
                 f"proxy-{variant}-{len(self.processes)}",
                 cwd=REPO,
-                extra_args=["--upstream-client", client],
+                extra_args=["--upstream-client", client, *extra_args],
             )
         finally:
             if previous is None:
@@ -414,30 +431,35 @@ async def setup_pool(admin: KubeClient, args: argparse.Namespace) -> None:
     await admin.create(ISVC, isvc_body("a", 1, args.load_seconds), NAMESPACE)
     await admin.create(ISVC, isvc_body("b", 0, args.load_seconds), NAMESPACE)
     await admin.create(ISVC, isvc_body("c", 0, args.held_load_seconds), NAMESPACE)
-    await admin.create(
-        POOL_RESOURCE,
-        {
-            "apiVersion": "inference.modelpool.dev/v1alpha1",
-            "kind": "ModelPool",
-            "metadata": {"name": POOL},
-            "spec": {
-                "members": [{"inferenceServiceRef": {"name": m}} for m in ("a", "b", "c")],
-                "default": "a",
-                "swapBudget": "300s",
-            },
-        },
-        NAMESPACE,
-    )
+    await admin.create(POOL_RESOURCE, pool_manifest(POOL, ("a", "b", "c"), "a"), NAMESPACE)
+    backends = [{"name": "gpu", "poolRef": {"name": POOL}}]
+    if "slow" in args.phases:
+        await admin.create(ISVC, isvc_body("d", 1, args.load_seconds), NAMESPACE)
+        await admin.create(POOL_RESOURCE, pool_manifest(NORMAL_POOL, ("d",), "d"), NAMESPACE)
+        backends.append({"name": "gpu1", "poolRef": {"name": NORMAL_POOL}})
     await admin.create(
         ROUTER,
         {
             "apiVersion": "inference.modelpool.dev/v1alpha1",
             "kind": "ModelRouter",
             "metadata": {"name": "router"},
-            "spec": {"backends": [{"name": "gpu", "poolRef": {"name": POOL}}]},
+            "spec": {"backends": backends},
         },
         NAMESPACE,
     )
+
+
+def pool_manifest(name: str, members: Sequence[str], default: str) -> Object:
+    return {
+        "apiVersion": "inference.modelpool.dev/v1alpha1",
+        "kind": "ModelPool",
+        "metadata": {"name": name},
+        "spec": {
+            "members": [{"inferenceServiceRef": {"name": m}} for m in members],
+            "default": default,
+            "swapBudget": "300s",
+        },
+    }
 
 
 async def setup_proxy_account(system: System) -> None:
@@ -607,8 +629,14 @@ async def clients_phase(system: System, args: argparse.Namespace) -> dict[str, A
     }
 
 
+#: The held counts at which the held phase reads the proxy's RSS (issue 20: 0, 1,000, 5,000 and
+#: 10,000 on one replica; the slope is taken between the second and the last).
+HELD_STAGES: Final = (1000, 5000)
+
+
 async def held_phase(system: System, args: argparse.Namespace) -> dict[str, Any]:
-    """N requests for member c (parked, slow to load), held; RSS and CPU; all answered?"""
+    """N requests for member c (parked, slow to load), held in steps; RSS at each step (once the
+    proxy's ``modelpool_held_requests`` says they are all held), CPU, and every answer."""
     await system.wait_resident("a")
     proxy = system.start_proxy(args.proxy_variant, args.fast_stack_path)
     await wait_proxy_ready(proxy)
@@ -618,22 +646,31 @@ async def held_phase(system: System, args: argparse.Namespace) -> dict[str, Any]
             await http.post(proxy.url + "/v1/chat/completions", content=chat_body("model-a"))
     await anyio.sleep(1)
     rss_before = rss_bytes(pid)
-    client = subprocess.Popen(  # noqa: ASYNC220 (its first line is awaited on purpose)
+    stages = [n for n in HELD_STAGES if n < args.held]
+    client = subprocess.Popen(  # noqa: ASYNC220 (its lines are awaited on purpose)
         [sys.executable, "-m", "bench.dataplane_clients", "hold", proxy.url, str(args.held),
-         "--model", "model-c", "--timeout", str(args.held_load_seconds + 120)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+         "--model", "model-c", "--timeout", str(args.held_load_seconds + 120),
+         "--stages", ",".join(map(str, stages))],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
     )  # fmt: skip
+    assert client.stdin is not None
     assert client.stdout is not None
     started = time.monotonic()
-    written = json.loads(client.stdout.readline())
+    steps: list[dict[str, Any]] = [{"held": 0, "rss_bytes": rss_before, "held_metric": 0.0}]
+    for target in [*stages, args.held]:
+        written = json.loads(client.stdout.readline())
+        steps.append(await held_step(proxy.url, pid, target, written["seconds"]))
+        log(f"held {target}: RSS {steps[-1]['rss_bytes'] / 2**20:.1f} MiB")
+        if target != args.held:
+            client.stdin.write("\n")
+            client.stdin.flush()
     written_at = time.monotonic()
-    # Every request written; give the proxy a moment to read and hold the last ones.
-    await anyio.sleep(2)
-    held_metric = await held_requests_metric(proxy.url)
-    rss_held = rss_bytes(pid)
+    rss_held = steps[-1]["rss_bytes"]
     cpu0, wall0 = cpu_seconds(pid), time.monotonic()
     await anyio.sleep(5)
     cpu_holding = (cpu_seconds(pid) - cpu0) / (time.monotonic() - wall0)
+    covered = (await held_requests_metric(proxy.url) or 0.0) >= args.held
     rss_peak = max(rss_held, rss_bytes(pid))
     out, err = client.communicate(timeout=args.held_load_seconds + 180)
     done = json.loads(out.strip().splitlines()[-1])
@@ -644,12 +681,15 @@ async def held_phase(system: System, args: argparse.Namespace) -> dict[str, Any]
         raise RuntimeError(f"hold client failed:\n{err[-3000:]}")
     return {
         "requests": args.held,
-        "write_seconds": written["seconds"],
-        "held_metric": held_metric,
+        "steps": steps,
+        "write_seconds": steps[-1]["write_seconds"],
+        "held_metric": steps[-1]["held_metric"],
+        "hold_covered_measurement": covered,
         "rss_before_bytes": rss_before,
         "rss_held_bytes": rss_peak,
         "rss_after_bytes": rss_after,
         "rss_per_held_request_bytes": (rss_peak - rss_before) / args.held,
+        "rss_slope_bytes": held_slope(steps),
         "cpu_cores_while_holding": cpu_holding,
         "statuses": done["statuses"],
         "unanswered": done["unanswered"],
@@ -663,6 +703,34 @@ async def held_phase(system: System, args: argparse.Namespace) -> dict[str, Any]
     }
 
 
+async def held_step(url: str, pid: int, target: int, write_seconds: float) -> dict[str, Any]:
+    """The proxy's RSS once its ``modelpool_held_requests`` reads ``target`` (and 1 s after, so
+    the last reads and the first wake-up are done)."""
+
+    async def all_held() -> bool:
+        return (await held_requests_metric(url) or 0.0) >= target
+
+    await eventually(all_held, 60, f"{target} requests held", 0.25)
+    await anyio.sleep(1)
+    return {
+        "held": target,
+        "rss_bytes": rss_bytes(pid),
+        "held_metric": await held_requests_metric(url),
+        "write_seconds": write_seconds,
+    }
+
+
+def held_slope(steps: Sequence[dict[str, Any]]) -> float | None:
+    """RSS added per held request between the first step with requests and the last."""
+    held = [s for s in steps if s["held"] > 0]
+    if len(held) < 2:
+        return None
+    first, last = held[0], held[-1]
+    added: int = last["rss_bytes"] - first["rss_bytes"]
+    count: int = last["held"] - first["held"]
+    return added / count
+
+
 async def held_requests_metric(url: str) -> float | None:
     async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
         text = (await http.get(url + "/metrics")).text
@@ -671,6 +739,192 @@ async def held_requests_metric(url: str) -> float | None:
         if line.startswith("modelpool_held_requests"):
             total = (total or 0.0) + float(line.rsplit(" ", 1)[1])
     return total
+
+
+# -- slow clients --------------------------------------------------------------------------------
+
+
+async def slow_phase(
+    system: System, args: argparse.Namespace, tools: dict[str, str]
+) -> dict[str, Any]:
+    """Issue 20's slow clients at scale, on one replica with its default limits: ``--slow-held``
+    requests held for c (whose load, ``--slow-load-seconds``, outlasts the measurement) while
+    ``--slow`` slow or idle connections are open and wrk sends normal requests for d, the
+    resident of a second pool (a swap closes admission to its own pool's resident). Measured:
+    the normal requests' p50/p99 with and without the slow load, when the proxy closed each
+    slow socket, its RSS, and the renewals of the pool Lease it holds while driving the swap."""
+    proxy = system.start_proxy(args.proxy_variant, args.fast_stack_path)
+    await wait_proxy_ready(proxy)
+    await make_resident(system, proxy.url, "a")
+    await system.wait_resident("d", pool=NORMAL_POOL)
+    await set_load(system.admin, "c", args.slow_load_seconds)
+    pid = proxy.popen.pid
+    script = system.workdir / "chat-d.lua"
+    script.write_text(WRK_SCRIPT.format(body=chat_body("model-d").decode()))
+    wrk(tools["wrk"], proxy.url, script, 4, 1)  # warm-up
+    quiet = await anyio.to_thread.run_sync(
+        wrk, tools["wrk"], proxy.url, script, 1, args.slow_wrk_seconds
+    )
+    log(f"slow: without slow load p50 {quiet['p50_us']} us p99 {quiet['p99_us']} us")
+    recorder = Recorder(system.admin)
+    samples: list[int] = []
+    rss_idle = rss_bytes(pid)
+    async with anyio.create_task_group() as group:
+        group.start_soon(recorder.run, "lease", LEASES)
+        group.start_soon(sample_rss, pid, samples)
+        await anyio.sleep(1)  # the watch is open before the claim
+        started = time.monotonic()
+        loaded = await slow_load(proxy.url, pid, args, tools, script)
+        group.cancel_scope.cancel()
+    proxy.stop(grace=10)
+    system.processes.remove(proxy)
+    return {
+        "normal_without_slow_load": quiet,
+        **loaded,
+        "rss_idle_bytes": rss_idle,
+        "rss_max_bytes": max(samples, default=rss_idle),
+        "lease": lease_renewals(recorder.seen, proxy.identity, started),
+        "limits": {
+            "head_timeout_seconds": DEFAULT_HEAD_TIMEOUT_SECONDS,
+            "body_read_timeout_seconds": DEFAULT_BODY_READ_TIMEOUT_SECONDS,
+        },
+        "slow_connections": args.slow,
+        "held_requests": args.slow_held,
+        "held_load_seconds": args.slow_load_seconds,
+        "head_interval_seconds": args.slow_head_interval,
+    }
+
+
+async def slow_load(
+    url: str, pid: int, args: argparse.Namespace, tools: dict[str, str], script: Path
+) -> dict[str, Any]:
+    """Hold, open the slow sockets, run wrk through them; every answer and every close."""
+    hold = client_process("hold", url, args.slow_held, "--model", "model-c",
+                          "--timeout", str(args.slow_load_seconds + 180))  # fmt: skip
+    await next_line(hold)  # every held request written
+
+    wanted: int = args.slow_held
+
+    async def all_held() -> bool:
+        return (await held_requests_metric(url) or 0.0) >= wanted
+
+    await eventually(all_held, 60, f"{args.slow_held} requests held", 0.25)
+    rss_held = rss_bytes(pid)
+    limit = DEFAULT_BODY_READ_TIMEOUT_SECONDS + 30  # the client closes what is open by then
+    slow = client_process("slow", url, args.slow, "--head-interval",
+                          str(args.slow_head_interval), "--timeout", str(limit))  # fmt: skip
+    opened = await next_line(slow)
+    rss_slow = rss_bytes(pid)
+    log(f"slow: {args.slow_held} held, {args.slow} slow sockets open; wrk")
+    during = await anyio.to_thread.run_sync(
+        wrk, tools["wrk"], url, script, 1, args.slow_wrk_seconds
+    )
+    log(f"slow: with slow load p50 {during['p50_us']} us p99 {during['p99_us']} us")
+    closed = await finish(slow)
+    covered = (await held_requests_metric(url) or 0.0) >= args.slow_held
+    answered = await finish(hold)
+    return {
+        "normal_with_slow_load": during,
+        "slow_open_seconds": opened["seconds"],
+        "slow_sockets": closed["kinds"],
+        "hold_covered_measurement": covered,
+        "held_statuses": answered["statuses"],
+        "held_unanswered": answered["unanswered"],
+        "held_all_answered_200": answered["statuses"] == {"200": args.slow_held},
+        "rss_held_bytes": rss_held,
+        "rss_held_and_slow_bytes": rss_slow,
+    }
+
+
+def client_process(mode: str, url: str, count: int, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench.dataplane_clients", mode, url, str(count), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+    )  # fmt: skip
+
+
+async def next_line(process: subprocess.Popen[str]) -> Object:
+    """The client's next JSON line, read off the event loop (the Lease watch keeps running)."""
+    assert process.stdout is not None
+    line = await anyio.to_thread.run_sync(process.stdout.readline)
+    if not line:
+        raise RuntimeError(f"client exited: {process.stderr.read() if process.stderr else ''}")
+    record: Object = json.loads(line)
+    return record
+
+
+async def finish(process: subprocess.Popen[str]) -> Object:
+    out, err = await anyio.to_thread.run_sync(process.communicate)
+    if process.returncode != 0:
+        raise RuntimeError(f"client failed:\n{err[-3000:]}")
+    record: Object = json.loads(out.strip().splitlines()[-1])
+    return record
+
+
+async def sample_rss(pid: int, samples: list[int]) -> None:
+    while True:
+        with contextlib.suppress(OSError, RuntimeError):
+            samples.append(rss_bytes(pid))
+        await anyio.sleep(0.5)
+
+
+async def make_resident(system: System, url: str, member: str) -> None:
+    """``member`` resident in pool gpu-0 (after the held phase c is): one request for it."""
+    if (await system.pool_status()).get("residentMember") != member:
+        async with httpx.AsyncClient(timeout=300, trust_env=False) as http:
+            answer = await http.post(
+                url + "/v1/chat/completions", content=chat_body(f"model-{member}")
+            )
+            if answer.status_code != 200:
+                raise RuntimeError(f"{member}: {answer.status_code} {answer.text}")
+    await system.wait_resident(member)
+
+
+async def set_load(admin: KubeClient, member: str, seconds: float) -> None:
+    """The (parked) member's simulated load, for its next pod."""
+    args = ["--parallel", "4", "--sim-load-seconds", str(seconds)]
+    await admin.patch(ISVC, member, {"spec": {"args": args}}, NAMESPACE)
+
+
+def lease_renewals(seen: Sequence[Seen], identity: str, since: float) -> Object:
+    """The pool Lease while ``identity`` held it: its renewals (``renewTime`` steps, the holder's
+    own stamps, and their arrival on our watch) against the period (duration / 3), and whether
+    its holder or ``leaseTransitions`` ever moved."""
+    name = pool_lease_name(POOL)
+    specs = [
+        (s.at, s.obj.get("spec") or {})
+        for s in seen
+        if s.kind == "lease" and s.at >= since and s.obj["metadata"]["name"] == name
+    ]
+    ours = [(at, spec) for at, spec in specs if spec.get("holderIdentity") == identity]
+    if not ours:
+        return {"claimed": False}
+    first = ours[0][0]
+    holders = {str(spec["holderIdentity"]) for at, spec in specs if at >= first
+               and at <= ours[-1][0] and spec.get("holderIdentity")}  # fmt: skip
+    stamps: dict[str, float] = {}
+    for at, spec in ours:
+        stamps.setdefault(str(spec.get("renewTime")), at)
+    renew = [datetime.fromisoformat(t).timestamp() for t in stamps]
+    arrivals = list(stamps.values())
+    period = float(ours[0][1].get("leaseDurationSeconds") or 0) / 3
+    intervals = [b - a for a, b in itertools.pairwise(renew)]
+    seen_intervals = [b - a for a, b in itertools.pairwise(arrivals)]
+    transitions = sorted({int(spec.get("leaseTransitions") or 0) for _, spec in ours})
+    return {
+        "claimed": True,
+        "holders_while_held": sorted(holders),
+        "holder_changed": holders != {identity},
+        "lease_transitions": transitions,
+        "transitions_changed": len(transitions) > 1,
+        "renewals": len(intervals),
+        "period_seconds": period,
+        "renew_intervals_seconds": intervals,
+        "renew_intervals_seen_seconds": seen_intervals,
+        "max_lateness_seconds": max(intervals) - period if intervals else None,
+        "max_lateness_seen_seconds": max(seen_intervals) - period if seen_intervals else None,
+        "held_seconds": ours[-1][0] - first,
+    }
 
 
 # -- swaps ---------------------------------------------------------------------------------------
@@ -926,6 +1180,18 @@ def report(results: dict[str, Any]) -> str:
             f"{held['cpu_cores_while_holding'] * 100:.1f} % of a core, answers "
             f"{held['statuses']}, unanswered {held['unanswered']}",
         ]
+        if held.get("steps"):
+            steps = ", ".join(
+                f"{s['held']}: {s['rss_bytes'] / 2**20:.1f} MiB" for s in held["steps"]
+            )
+            slope = held.get("rss_slope_bytes") or 0.0
+            lines.append(
+                f"held RSS by count: {steps}; slope {slope:.0f} B ({slope / 1024:.1f} KiB) per "
+                f"request; hold covered the measurement: {held.get('hold_covered_measurement')}"
+            )
+    slow = results.get("slow")
+    if slow:
+        lines += ["", *slow_report(slow)]
     swap = results.get("swap")
     if swap:
         title = f"swaps ({len(swap['swaps'])}; member load {swap['member_load_seconds']} s)"
@@ -941,6 +1207,38 @@ def report(results: dict[str, Any]) -> str:
                 f"{row['max']:.3f} |"
             )
     return "\n".join(lines)
+
+
+def slow_report(slow: Object) -> list[str]:
+    quiet, loaded = slow["normal_without_slow_load"], slow["normal_with_slow_load"]
+    lease = slow["lease"]
+    lines = [
+        f"slow clients: {slow['slow_connections']} slow sockets + {slow['held_requests']} held "
+        f"on one replica; normal requests (wrk -c1, model-d) p50 / p99 µs: without "
+        f"{quiet['p50_us']} / {quiet['p99_us']}, with {loaded['p50_us']} / {loaded['p99_us']} "
+        f"(errors {loaded['socket_errors'] + loaded['non_2xx']})",
+        "| kind | opened | closed by proxy | answer | open→close min / p50 / p99 / max s |",
+        "|---|---|---|---|---|",
+    ]
+    for kind, row in slow["slow_sockets"].items():
+        c = row["close_seconds"] or {}
+        times = " / ".join(f"{c[k]:.2f}" for k in ("min", "p50", "p99", "max")) if c else "-"
+        lines.append(f"| {kind} | {row['opened']} | {row['closed_by_server']} | "
+                     f"{row['statuses']} | {times} |")  # fmt: skip
+    lines.append(
+        f"RSS idle {slow['rss_idle_bytes'] / 2**20:.1f}, held {slow['rss_held_bytes'] / 2**20:.1f}"
+        f", held + slow {slow['rss_held_and_slow_bytes'] / 2**20:.1f}, max "
+        f"{slow['rss_max_bytes'] / 2**20:.1f} MiB; held answered {slow['held_statuses']}; hold "
+        f"covered the measurement: {slow['hold_covered_measurement']}"
+    )
+    if lease.get("claimed") and lease["renewals"]:
+        lines.append(
+            f"pool Lease: {lease['renewals']} renewals, period {lease['period_seconds']:.1f} s, "
+            f"max lateness {lease['max_lateness_seconds']:.3f} s (renewTime) / "
+            f"{lease['max_lateness_seen_seconds']:.3f} s (seen); holder changed "
+            f"{lease['holder_changed']}, leaseTransitions {lease['lease_transitions']}"
+        )
+    return lines
 
 
 async def bench(args: argparse.Namespace, tools: dict[str, str]) -> dict[str, Any]:
@@ -966,6 +1264,8 @@ async def bench(args: argparse.Namespace, tools: dict[str, str]) -> dict[str, An
                     results[phase] = await clients_phase(system, args)
                 elif phase == "held":
                     results[phase] = await held_phase(system, args)
+                elif phase == "slow":
+                    results[phase] = await slow_phase(system, args, tools)
                 else:
                     results[phase] = await swap_phase(system, args)
                 results[phase]["seconds"] = time.monotonic() - started
@@ -997,8 +1297,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--stream-requests", type=int, default=50)
     parser.add_argument("--stream-tokens", type=int, default=64)
     parser.add_argument("--client-requests", type=int, default=2000)
-    parser.add_argument("--held", type=int, default=5000)
-    parser.add_argument("--held-load-seconds", type=float, default=20.0)
+    parser.add_argument("--held", type=int, default=10000)
+    parser.add_argument(
+        "--held-load-seconds",
+        type=float,
+        default=40.0,
+        help="member c's load: long enough that the hold covers every step's measurement",
+    )
+    parser.add_argument("--slow", type=int, default=2000, help="slow phase: slow connections")
+    parser.add_argument("--slow-held", type=int, default=5000, help="slow phase: held requests")
+    parser.add_argument(
+        "--slow-load-seconds",
+        type=float,
+        default=75.0,
+        help="slow phase: member c's load, long enough that the hold covers the measurement",
+    )
+    parser.add_argument("--slow-head-interval", type=float, default=3.0)
+    parser.add_argument(
+        "--slow-wrk-seconds", type=float, default=25.0, help="slow phase: each wrk run"
+    )
     parser.add_argument("--swaps", type=int, default=20)
     parser.add_argument("--swap-pause", type=float, default=0.5)
     parser.add_argument("--load-seconds", type=float, default=1.0, help="members a and b")

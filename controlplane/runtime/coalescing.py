@@ -14,7 +14,9 @@ Everything else goes straight to the real transport. Pending bytes are sent befo
 half-close, so nothing written before either is lost or reordered; they are dropped when the
 peer has gone (the transport is closing), as the transport itself would drop them. The protocol
 class needs httptools (uvicorn's fast parser); :func:`http_protocol` falls back to uvicorn's own
-choice without it.
+choice without it. Its flow control, pipeline queue and per-request body event are
+:mod:`controlplane.runtime.leanconnection`'s, made on first use: a held request kept uvicorn's
+for nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 from typing import Any
+
+from controlplane.runtime.leanconnection import LazyEvent, LazyFlowControl, Pipeline
 
 #: uvicorn's name for "pick the protocol yourself" (used when httptools is missing).
 UVICORN_AUTO = "auto"
@@ -112,9 +116,19 @@ def http_protocol() -> type[asyncio.Protocol] | str:
         return UVICORN_AUTO
 
     class CoalescingHttpToolsProtocol(HttpToolsProtocol):
-        """httptools' protocol whose responses are written through a coalescing transport."""
+        """httptools' protocol whose responses are written through a coalescing transport, and
+        whose per-connection and per-request state is made on first use
+        (:mod:`controlplane.runtime.leanconnection`)."""
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(CoalescingTransport(transport))
+            self.flow = LazyFlowControl(self.transport)
+            self.pipeline = Pipeline()  # type: ignore[assignment]
+
+        def on_headers_complete(self) -> None:
+            before = self.cycle
+            super().on_headers_complete()
+            if self.cycle is not before:  # a new request's cycle: nothing waits on it yet
+                self.cycle.message_event = LazyEvent()  # type: ignore[assignment]
 
     return CoalescingHttpToolsProtocol

@@ -82,7 +82,12 @@ def refusal_bytes(status: int, content_type: bytes, body: bytes) -> bytes:
 
 
 class _Deadline:
-    """One timer that is armed again from now, cancelled, or fired (then no longer armed)."""
+    """One timer that is armed again from now, cancelled, or fired (then no longer armed).
+
+    Slotted: every open connection has one (bench/README.md, "Slow clients and held capacity").
+    """
+
+    __slots__ = ("_fire", "_handle", "seconds")
 
     def __init__(self, seconds: float, fire: Callable[[], None]) -> None:
         self.seconds, self._fire = seconds, fire
@@ -112,7 +117,23 @@ def guarded_protocol(
     """``base`` (an httptools protocol of uvicorn's) with each request head bounded."""
 
     class LimitedProtocol(base):  # type: ignore[misc]
-        """Counts a head's lines and bytes as the parser reports them; times it."""
+        """Counts a head's lines and bytes as the parser reports them; times it.
+
+        Its own state is in slots, not the instance dict: uvicorn's protocol already keeps 28
+        attributes there, and six more pushed every connection's dict past CPython's shared-keys
+        size into a dict of its own (1.6 KB per connection, the largest item this layer added
+        to a held request; bench/README.md, "Slow clients and held capacity (issue 20)"). The
+        body timer is made only for a body that arrives in pieces (the fast path's never does).
+        """
+
+        __slots__ = (
+            "_body_timer",
+            "_head_bytes",
+            "_head_lines",
+            "_head_started",
+            "_head_timer",
+            "_in_body",
+        )
 
         def connection_made(self, transport: asyncio.Transport) -> None:
             self._head_lines = 0
@@ -120,7 +141,7 @@ def guarded_protocol(
             self._head_started = False
             self._head_timer = _Deadline(limits.head_timeout, self._head_timed_out)
             self._in_body = False
-            self._body_timer = _Deadline(limits.body_read_timeout, self._body_timed_out)
+            self._body_timer: _Deadline | None = None
             super().connection_made(transport)
             if len(self.connections) > limits.max_connections:
                 self._refuse(503, f"more than {limits.max_connections} connections are open")
@@ -129,7 +150,7 @@ def guarded_protocol(
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._head_timer.cancel()
-            self._body_timer.cancel()
+            self._cancel_body_timer()
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
@@ -138,7 +159,7 @@ def guarded_protocol(
                 self._head_timer.arm()  # the next request's first bytes, after keep-alive
             super().data_received(data)
             if self._in_body and not self.transport.is_closing():
-                self._body_timer.arm()  # a body still incomplete after this read
+                self._arm_body_timer()  # a body still incomplete after this read
 
         def on_message_begin(self) -> None:
             self._head_lines = 0
@@ -164,8 +185,17 @@ def guarded_protocol(
 
         def on_message_complete(self) -> None:
             self._in_body = False
-            self._body_timer.cancel()
+            self._cancel_body_timer()
             super().on_message_complete()
+
+        def _arm_body_timer(self) -> None:
+            if self._body_timer is None:
+                self._body_timer = _Deadline(limits.body_read_timeout, self._body_timed_out)
+            self._body_timer.arm()
+
+        def _cancel_body_timer(self) -> None:
+            if self._body_timer is not None:
+                self._body_timer.cancel()
 
         def _count(self, size: int, *, lines: int) -> bool:
             """Add to the head; False (and 431 sent) once it is over a limit."""
@@ -199,7 +229,7 @@ def guarded_protocol(
 
         def _refuse(self, status: int, what: str) -> None:
             self._head_timer.cancel()
-            self._body_timer.cancel()
+            self._cancel_body_timer()
             self._in_body = False
             content_type, body = refusal(status, what)
             self.transport.write(refusal_bytes(status, content_type, body))

@@ -7,7 +7,7 @@ Members are InferenceServices the node stand-in plays as simulators; proxies are
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +51,10 @@ async def start_proxies(
     started: list[LocalProcess],
     count: int,
     env: Mapping[str, str] | None = None,
+    extra_args: Sequence[str] = (),
 ) -> list[RouterProxyProcess]:
     """``count`` proxies under a ServiceAccount bound to a Role of ROUTER_PROXY_RULES only;
-    ``env`` is added to their environment."""
+    ``env`` is added to their environment, ``extra_args`` to their flags."""
     await admin.create(SERVICE_ACCOUNTS, {"metadata": {"name": PROXY_ACCOUNT}}, namespace)
     await admin.create(
         ROLES,
@@ -79,7 +80,9 @@ async def start_proxies(
     token = await service_account_token(admin, namespace, PROXY_ACCOUNT)
     kubeconfig = kubeconfig_for_token(cluster.admin_kubeconfig, token, workdir / "proxy.kubeconfig")
     proxies = [
-        RouterProxyProcess(kubeconfig, workdir, namespace, f"proxy-{i}", cwd=REPO, env=env)
+        RouterProxyProcess(
+            kubeconfig, workdir, namespace, f"proxy-{i}", cwd=REPO, env=env, extra_args=extra_args
+        )
         for i in range(count)
     ]
     started.extend(proxies)
