@@ -604,4 +604,8 @@ def _starlette_app(context: ProxyContext) -> Starlette:
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", _MetricsEndpoint(), methods=["GET"]),
     ]
-    return Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
+    # No 307 from "/healthz/" to "/healthz": starlette builds its location from the client's own
+    # Host header, and a path the proxy does not serve is a 404 in its shape, as any other.
+    app.router.redirect_slashes = False
+    return app

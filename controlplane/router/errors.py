@@ -240,10 +240,12 @@ def member_error_body(raw: bytes, status: int) -> dict[str, Any]:
 
 def request_refusal(status: int, what: str) -> tuple[bytes, bytes]:
     """The answer to a request over a limit of how it arrives
-    (:mod:`controlplane.runtime.requestlimits`), in the proxy's error shape: 431
+    (:mod:`controlplane.runtime.requestlimits`), in the proxy's error shape: 400
+    ``invalid_request`` (a head that is not HTTP), 431
     ``request_header_fields_too_large``, 408 ``request_timeout`` or 503
     ``proxy_connections_full``."""
     kinds = {
+        400: ("invalid_request", "invalid_request_error"),
         431: ("request_header_fields_too_large", "invalid_request_error"),
         408: ("request_timeout", "invalid_request_error"),
         503: ("proxy_connections_full", "server_error"),

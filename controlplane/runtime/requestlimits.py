@@ -45,6 +45,7 @@ DEFAULT_MAX_CONNECTIONS: Final = 16_384
 Refusal = Callable[[int, str], tuple[bytes, bytes]]
 
 _REASONS: Final = {
+    400: b"Bad Request",
     408: b"Request Timeout",
     431: b"Request Header Fields Too Large",
     503: b"Service Unavailable",
@@ -226,6 +227,11 @@ def guarded_protocol(
                 self._refuse(408, f"no complete request head within {limits.head_timeout:g} s")
             elif self.cycle is None or self.cycle.response_complete:
                 self.transport.close()  # nothing sent at all (or idle after an answer)
+
+        def send_400_response(self, msg: str) -> None:
+            """uvicorn's answer to a head its parser refuses (plain text of its own), in the
+            refusal's shape like every other limit's: a client gets one error shape."""
+            self._refuse(400, f"the request is not valid HTTP/1.1 ({msg.rstrip('.')})")
 
         def _refuse(self, status: int, what: str) -> None:
             self._head_timer.cancel()
