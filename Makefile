@@ -11,7 +11,7 @@ JAEGER = $(shell hack/build-jaeger.sh 2>/dev/null | tail -n 1)
 LLAMA_SERVER = $(shell hack/build-llama-server.sh 2>/dev/null | tail -n 1)
 
 .PHONY: help venv controlplane-bins jaeger-bin llama-server test test-unit test-e2e lint demo dev clean bench bench-proxy \
-	bench-kv-swap bench-router-mode bench-fairness manifests check-rbac test-kind image kind-up deploy undeploy kind-down \
+	bench-kv-swap bench-router-mode bench-fairness manifests check-rbac test-kind test-fuzz fuzz image kind-up deploy undeploy kind-down \
 	host-tools kind-tools kind-roots kind-node member-images kind-prereqs local-prereqs ci-prereqs \
 	ci-fresh
 
@@ -19,9 +19,11 @@ help:
 	@echo "make demo               run the whole system locally and show it working"
 	@echo "                          (MEMBERS=llama-server: members on the real llama.cpp server)"
 	@echo "make dev                start the local control plane and keep it running"
-	@echo "make test               unit + e2e tests (builds the control plane on first use)"
+	@echo "make test               unit + fuzz + e2e tests (builds the control plane on first use)"
 	@echo "make test-unit          unit tests only (no network)"
 	@echo "make test-e2e           e2e tests against a real kube-apiserver + etcd"
+	@echo "make test-fuzz          the proxy's fuzzers, bounded and reproducible (part of make test)"
+	@echo "make fuzz               the fuzzers' long run (FUZZ_EXAMPLES=5000 per fuzzer; docs/fuzzing.md)"
 	@echo "make test-kind          the e2e suite's kind tier (a kind cluster built here, operator in it)"
 	@echo "make lint               ruff, mypy --strict, import contracts, check-rbac"
 	@echo "make manifests          regenerate manifests/crd and manifests/rbac from the code"
@@ -63,10 +65,21 @@ jaeger-bin:
 llama-server: venv
 	@PYTHON=$(BIN)/python hack/timed.sh llama-server hack/build-llama-server.sh
 
-test: test-unit test-e2e
+test: test-unit test-fuzz test-e2e
 
 test-unit: venv
 	$(BIN)/pytest tests/unit
+
+# The proxy's fuzzers (docs/fuzzing.md): a fixed, derandomized number of examples, well under a
+# minute; `make fuzz` draws at random for as long as FUZZ_EXAMPLES asks, keeping what it finds in
+# .hypothesis/fuzz.
+test-fuzz: venv
+	$(BIN)/pytest tests/fuzz
+
+FUZZ_EXAMPLES ?= 5000
+fuzz: venv
+	FUZZ_PROFILE=long FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/fuzz --timeout=0 \
+		--hypothesis-show-statistics $(PYTEST_ARGS)
 
 test-e2e: venv controlplane-bins jaeger-bin llama-server
 	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" LLAMA_SERVER_BINARY="$(LLAMA_SERVER)" \

@@ -430,8 +430,7 @@ class ProxyApp:
         span.set_attribute("modelpool.reason", "upstream")
         rewrite = _rewrites_error(status, answer_headers)
         try:
-            if not rewrite:
-                check_declared(upstream, context.max_answer_bytes)
+            check_declared(upstream, context.max_answer_bytes)  # an error's too, whatever its size
             if rewrite or _whole(answer_headers):
                 answer = await (_read_error_body(upstream) if rewrite else upstream.read())
         except UpstreamFailure as err:  # the member failed before we answered: one error

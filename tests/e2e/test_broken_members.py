@@ -231,3 +231,15 @@ async def test_a_client_that_leaves_a_huge_body_drops_the_members_connection_too
                 if read > 4 * 1024 * 1024:
                     break
         await no_connection_left(member)
+
+
+async def test_an_error_answer_longer_than_the_answer_limit_is_refused_by_its_declared_length(
+    member: Simulator,
+) -> None:
+    """Found by the member-side fuzzer: an error body is read for rewriting (up to 64 KiB), and
+    was read even when it declared more than ``--max-answer-bytes``."""
+    await answer_mode(member, "error-text")  # an HTML page of about 90 bytes
+    async with proxy_to(member.url, max_answer_bytes=16) as proxy, httpx.AsyncClient() as client:
+        response = await client.post(f"{proxy.url}/v1/chat/completions", json=chat(stream=False))
+    assert response.status_code == 502
+    assert_error_shape(response.json(), "upstream_answer_too_large")
