@@ -25,23 +25,19 @@ import anyio
 import httpx
 import pytest
 
-from controlplane.router.activator import Activator
-from controlplane.router.app import ProxyContext, build_app
 from controlplane.router.errors import request_refusal
-from controlplane.router.lease import LeaseCoordinator
 from controlplane.router.upstream import AiohttpUpstream, UpstreamTimeouts
 from controlplane.runtime.coalescing import http_protocol
 from controlplane.runtime.httpserver import bind, serve
 from controlplane.runtime.metrics import REGISTRY
 from controlplane.runtime.requestlimits import RequestLimits, guarded_protocol
 from tests.e2e.test_sim_process import Simulator, simulator
-from tests.unit.router_fakes import FakeApi, FakeView
+from tests.fuzz.proxy import ProxyOptions, proxy_app
 
 # Marked here, not only by conftest after collection: anyio must see the mark while pytest
 # parametrizes, or the table's parameters are lost.
 pytestmark = pytest.mark.anyio
 
-ROUTER = {"spec": {"backends": [{"name": "solo", "inferenceServiceRef": {"name": "solo-isvc"}}]}}
 #: The proxy's read timeout in these tests: the stalled member stalls for far longer.
 READ_TIMEOUT = 1.0
 #: The most of an answer the proxy passes on here (the member's ``huge`` answer is 10 GiB).
@@ -58,24 +54,18 @@ class Proxy:
 
 @asynccontextmanager
 async def proxy_to(member: str, max_answer_bytes: int = MAX_ANSWER_BYTES) -> AsyncIterator[Proxy]:
-    """The proxy app on its server protocol, backend ``solo`` served by ``member``."""
-    view = FakeView()
-    view.urls["solo-isvc"] = [member]
-    activator = Activator(view, LeaseCoordinator(FakeApi(), "ns", "me"), "ns")
-    context = ProxyContext(
-        lambda: ROUTER,
-        view.pool,
-        view.isvc,
-        lambda: [],
+    """The proxy app (the fuzzers' build of it) on its server protocol with the default limits,
+    backend ``solo`` served by ``member``."""
+    options = ProxyOptions(
         max_answer_bytes=max_answer_bytes,
+        timeouts=UpstreamTimeouts(connect=5.0, read=READ_TIMEOUT),
         tracing=False,
     )
-    upstream = AiohttpUpstream(UpstreamTimeouts(connect=5.0, read=READ_TIMEOUT))
+    app, upstream = proxy_app(member, options)
     base = http_protocol()
     assert not isinstance(base, str), "httptools is a dependency: the protocol must be ours"
     protocol = guarded_protocol(base, RequestLimits(), request_refusal)
     sock = bind("127.0.0.1", 0)
-    app = build_app(context, activator, upstream)
     try:
         async with anyio.create_task_group() as group:
             await group.start(functools.partial(serve, app, [sock], http=protocol))
