@@ -54,6 +54,7 @@ from typing import Any, Final
 import anyio
 import httpx
 
+from bench.clientprocess import client_process, next_line
 from bench.dataplane_clients import chat_body
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.api.v1alpha1.activation import TARGET_ANNOTATION, pool_lease_name
@@ -834,23 +835,6 @@ async def slow_load(
         "rss_held_bytes": rss_held,
         "rss_held_and_slow_bytes": rss_slow,
     }
-
-
-def client_process(mode: str, url: str, count: int, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "bench.dataplane_clients", mode, url, str(count), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-    )  # fmt: skip
-
-
-async def next_line(process: subprocess.Popen[str]) -> Object:
-    """The client's next JSON line, read off the event loop (the Lease watch keeps running)."""
-    assert process.stdout is not None
-    line = await anyio.to_thread.run_sync(process.stdout.readline)
-    if not line:
-        raise RuntimeError(f"client exited: {process.stderr.read() if process.stderr else ''}")
-    record: Object = json.loads(line)
-    return record
 
 
 async def finish(process: subprocess.Popen[str]) -> Object:

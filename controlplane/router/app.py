@@ -429,16 +429,17 @@ class ProxyApp:
         span.set_attribute("http.response.status_code", status)
         span.set_attribute("modelpool.reason", "upstream")
         rewrite = _rewrites_error(status, answer_headers)
+        whole = rewrite or _whole(answer_headers)
         try:
             check_declared(upstream, context.max_answer_bytes)  # an error's too, whatever its size
-            if rewrite or _whole(answer_headers):
+            if whole:
                 answer = await (_read_error_body(upstream) if rewrite else upstream.read())
         except UpstreamFailure as err:  # the member failed before we answered: one error
             await close()
             failed = upstream_error(route.member, url, err.kind, str(err))
             await _error(failed, model)(scope, receive, send)
             return
-        if rewrite or _whole(answer_headers):
+        if whole:
             await close()
             audit(model, status, "upstream", successes_at_info=context.audit_successes)
             if rewrite:

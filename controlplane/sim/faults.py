@@ -53,12 +53,17 @@ def connection_transport(receive: Receive) -> asyncio.Transport:
     return transport
 
 
+async def _gone(receive: Receive) -> None:
+    """Return once the server has seen the client's connection go."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 async def _closed(receive: Receive, transport: asyncio.Transport) -> None:
     """Close the connection and wait until the server has seen it go, so it reports no
     unfinished answer."""
     transport.close()
-    while (await receive())["type"] != "http.disconnect":
-        pass
+    await _gone(receive)
 
 
 def _head(status: int, content_type: bytes, length: int | None = None) -> dict[str, Any]:
@@ -119,8 +124,7 @@ def huge(stream: bool, event: bytes) -> Play:
 
 
 async def _cancel_when_gone(receive: Receive, scope: anyio.CancelScope) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
+    await _gone(receive)
     scope.cancel()
 
 

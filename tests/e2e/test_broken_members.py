@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from controlplane.router.errors import request_refusal
-from controlplane.router.upstream import AiohttpUpstream, UpstreamTimeouts
+from controlplane.router.upstream import UpstreamTimeouts
 from controlplane.runtime.coalescing import http_protocol
 from controlplane.runtime.httpserver import bind, serve
 from controlplane.runtime.metrics import REGISTRY
@@ -46,14 +46,8 @@ MAX_ANSWER_BYTES = 2 * 1024 * 1024
 ESTABLISHED = "01"
 
 
-class Proxy:
-    def __init__(self, url: str, upstream: AiohttpUpstream) -> None:
-        self.url = url
-        self.upstream = upstream
-
-
 @asynccontextmanager
-async def proxy_to(member: str, max_answer_bytes: int = MAX_ANSWER_BYTES) -> AsyncIterator[Proxy]:
+async def proxy_to(member: str, max_answer_bytes: int = MAX_ANSWER_BYTES) -> AsyncIterator[str]:
     """The proxy app (the fuzzers' build of it) on its server protocol with the default limits,
     backend ``solo`` served by ``member``."""
     options = ProxyOptions(
@@ -69,7 +63,7 @@ async def proxy_to(member: str, max_answer_bytes: int = MAX_ANSWER_BYTES) -> Asy
     try:
         async with anyio.create_task_group() as group:
             await group.start(functools.partial(serve, app, [sock], http=protocol))
-            yield Proxy(f"http://127.0.0.1:{sock.getsockname()[1]}", upstream)
+            yield f"http://127.0.0.1:{sock.getsockname()[1]}"
             group.cancel_scope.cancel()
     finally:
         await upstream.aclose()
@@ -148,7 +142,7 @@ async def test_a_broken_answer_before_any_byte_reached_the_client_is_one_error(
     reason = "upstream" if mode == "error-text" else code
     before = counted(reason, status)
     async with proxy_to(member.url) as proxy, httpx.AsyncClient(timeout=30) as client:
-        response = await client.post(f"{proxy.url}/v1/chat/completions", json=chat(stream=False))
+        response = await client.post(f"{proxy}/v1/chat/completions", json=chat(stream=False))
         assert response.status_code == status, response.text
         assert response.headers["content-type"] == "application/json"
         assert_error_shape(response.json(), code)
@@ -170,7 +164,7 @@ async def test_an_event_stream_that_breaks_ends_with_one_error_event(
     await answer_mode(member, mode)
     before = counted(code, 200)
     async with proxy_to(member.url) as proxy, httpx.AsyncClient(timeout=30) as client:
-        response = await client.post(f"{proxy.url}/v1/chat/completions", json=chat(stream=True))
+        response = await client.post(f"{proxy}/v1/chat/completions", json=chat(stream=True))
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         events = events_of(response.text)  # read to a proper end: no protocol error raised
@@ -193,11 +187,11 @@ async def test_a_body_that_is_not_an_event_stream_cut_mid_way_is_an_incomplete_a
     caplog.set_level(logging.INFO)
     async with proxy_to(member.url) as proxy, httpx.AsyncClient(timeout=30) as client:
         with pytest.raises(httpx.RemoteProtocolError, match=r"incomplete|without sending complete"):
-            await client.post(f"{proxy.url}/v1/chat/completions", json=chat(stream=False))
+            await client.post(f"{proxy}/v1/chat/completions", json=chat(stream=False))
         assert counted("upstream_disconnected", 200) == before + 1
         await no_connection_left(member)
         await answer_mode(member, "normal")  # the proxy serves on, on a new connection
-        response = await client.post(f"{proxy.url}/v1/chat/completions", json=chat(stream=False))
+        response = await client.post(f"{proxy}/v1/chat/completions", json=chat(stream=False))
         assert response.status_code == 200
     assert "answer cut" in caplog.text
     assert "Exception in ASGI application" not in caplog.text
@@ -211,7 +205,7 @@ async def test_a_client_that_leaves_a_huge_body_drops_the_members_connection_too
         async with (
             httpx.AsyncClient(timeout=30) as client,
             client.stream(
-                "POST", f"{proxy.url}/v1/chat/completions", json=chat(stream=False)
+                "POST", f"{proxy}/v1/chat/completions", json=chat(stream=False)
             ) as response,
         ):
             assert response.status_code == 200
@@ -230,6 +224,6 @@ async def test_an_error_answer_longer_than_the_answer_limit_is_refused_by_its_de
     was read even when it declared more than ``--max-answer-bytes``."""
     await answer_mode(member, "error-text")  # an HTML page of about 90 bytes
     async with proxy_to(member.url, max_answer_bytes=16) as proxy, httpx.AsyncClient() as client:
-        response = await client.post(f"{proxy.url}/v1/chat/completions", json=chat(stream=False))
+        response = await client.post(f"{proxy}/v1/chat/completions", json=chat(stream=False))
     assert response.status_code == 502
     assert_error_shape(response.json(), "upstream_answer_too_large")

@@ -29,7 +29,6 @@ import itertools
 import json
 import resource
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,13 +38,13 @@ from typing import Any
 import anyio
 import httpx
 
+from bench.clientprocess import client_process, next_line
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.api.v1alpha1.activation import pool_lease_name
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.resources import LEASES
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
-from tests.e2e.kubectl import REPO
 from tests.e2e.operator_process import LocalProcess, OperatorProcess, metric_sum, start_node
 from tests.e2e.proxies import chat, isvc_body, start_proxies
 from tests.e2e.waiting import eventually
@@ -113,21 +112,6 @@ async def setup_pools(admin: KubeClient, namespace: str) -> None:
         await eventually(resident, timeout=60, what=f"{member} resident in {pool}")
 
 
-def load_client(mode: str, url: str, count: int, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "bench.dataplane_clients", mode, url, str(count), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-    )  # fmt: skip
-
-
-async def next_record(process: subprocess.Popen[str]) -> Object:
-    assert process.stdout is not None
-    line = await anyio.to_thread.run_sync(process.stdout.readline)
-    assert line, f"load client exited: {process.stderr.read() if process.stderr else ''}"
-    record: Object = json.loads(line)
-    return record
-
-
 async def last_record(process: subprocess.Popen[str]) -> Object:
     out, err = await anyio.to_thread.run_sync(process.communicate)
     assert process.returncode == 0, err[-3000:]
@@ -170,17 +154,17 @@ async def test_slow_sockets_are_closed_by_their_limits_while_held_requests_and_l
     normal: list[int] = []
     async with anyio.create_task_group() as group:
         group.start_soon(watch_pool_lease, admin, namespace, lease)
-        hold = load_client("hold", proxy.url, HELD, "--model", "model-c", "--timeout", "180")
-        await next_record(hold)  # every held request written
+        hold = client_process("hold", proxy.url, HELD, "--model", "model-c", "--timeout", "180")
+        await next_line(hold)  # every held request written
 
         async def all_held() -> bool:
             held = await metric_sum(f"{proxy.url}/metrics", "modelpool_held_requests")
             return held >= HELD
 
         await eventually(all_held, timeout=60, interval=0.5, what=f"{HELD} requests held")
-        slow = load_client("slow", proxy.url, SLOW, "--head-interval", "1",
+        slow = client_process("slow", proxy.url, SLOW, "--head-interval", "1",
                            "--timeout", str(BODY_READ_TIMEOUT + 3 * MARGIN))  # fmt: skip
-        await next_record(slow)  # all open
+        await next_line(slow)  # all open
         group.start_soon(normal_requests, proxy.url, normal)
         closed = await last_record(slow)
         still_held = await metric_sum(f"{proxy.url}/metrics", "modelpool_held_requests")

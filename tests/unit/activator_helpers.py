@@ -11,11 +11,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import anyio.abc
 
 from controlplane.api.v1alpha1 import InferenceService
 from controlplane.api.v1alpha1.activation import pool_lease_name, read_activation
 from controlplane.router.activator import Activator
 from controlplane.router.lease import LeaseCoordinator
+from controlplane.router.routing import Route
 from tests.unit.router_fakes import FakeApi, FakeView
 
 ISVC = InferenceService.resource()
@@ -119,3 +121,15 @@ def new_activator(view: FakeView, api: FakeApi, identity: str = "me", **kw: Any)
     duration = kw.pop("duration", 45)
     coordinator = LeaseCoordinator(api, "ns", identity, duration=duration)
     return Activator(view, coordinator, "ns", linger_grace=kw.pop("linger_grace", 0.2), **kw)
+
+
+def ask_many(
+    group: anyio.abc.TaskGroup, activator: Activator, route: Route, count: int, answers: list[str]
+) -> None:
+    """``count`` requests for ``route`` started in ``group``, each answer's URL appended."""
+
+    async def ask() -> None:
+        answers.append(await activator.upstream(route))
+
+    for _ in range(count):
+        group.start_soon(ask)

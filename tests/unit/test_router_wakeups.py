@@ -13,6 +13,7 @@ import pytest
 from controlplane.router.activator import POLL_SECONDS
 from controlplane.router.routing import Route
 from tests.unit.activator_helpers import (
+    ask_many,
     cluster,
     holder,
     new_activator,
@@ -38,12 +39,7 @@ async def test_in_flight_releases_and_backstop_ticks_wake_drivers_not_held_reque
     activator.notifier.snapshot = counted  # type: ignore[method-assign]
     answers: list[str] = []
     async with running(activator) as group:
-
-        async def ask() -> None:
-            answers.append(await activator.upstream(Route("qwen", "b", "gpu-0")))
-
-        for _ in range(HELD):
-            group.start_soon(ask)
+        ask_many(group, activator, Route("qwen", "b", "gpu-0"), HELD, answers)
         await until(lambda: holder(api) == "me" and activator.held == HELD)
         await anyio.sleep(0.1)
         settled = wakes[0]
@@ -64,12 +60,7 @@ async def test_a_driver_ends_its_swap_on_a_backstop_tick_and_wakes_the_held_requ
     activator = new_activator(view, api)
     answers: list[str] = []
     async with running(activator) as group:
-
-        async def ask() -> None:
-            answers.append(await activator.upstream(Route("qwen", "b", "gpu-0")))
-
-        for _ in range(HELD):
-            group.start_soon(ask)
+        ask_many(group, activator, Route("qwen", "b", "gpu-0"), HELD, answers)
         await until(lambda: holder(api) == "me" and activator.held == HELD)
         view.make_resident("gpu-0", "b")  # no notify: only the backstop can find it
         await until(lambda: len(answers) == HELD, timeout=POLL_SECONDS * 3)
