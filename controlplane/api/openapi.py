@@ -32,6 +32,8 @@ def struct_schema(cls: type[ApiObject]) -> Schema:
     required = [field.json_name for field in fields if field.spec.required]
     if required:
         schema["required"] = required
+    if cls.KEEP_UNKNOWN_FIELDS:
+        schema["x-kubernetes-preserve-unknown-fields"] = True
     if cls.RULES:
         schema["x-kubernetes-validations"] = [rule.to_openapi() for rule in cls.RULES]
     return schema

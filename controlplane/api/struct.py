@@ -32,6 +32,9 @@ class ApiObject:
     """
 
     RULES: ClassVar[tuple[Rule, ...]] = ()
+    #: Keep fields the struct does not declare (``x-kubernetes-preserve-unknown-fields``): for a
+    #: Kubernetes type passed through whole (a Volume), of which only some fields are read.
+    KEEP_UNKNOWN_FIELDS: ClassVar[bool] = False
 
     raw: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 

@@ -33,6 +33,10 @@ INFERENCE_SERVICE_RULES = (
     PolicyRule(("discovery.k8s.io",), ("endpointslices",), READ),
     # Pools are read (never written): a member's Deployment is raised only with its pool's grant.
     PolicyRule((GROUP,), ("modelpools",), READ),
+    # The weights' fetch Jobs (created, replaced when the source changes), and the last line of
+    # their pod's log: how far the download is (controllers/inferenceservice/fetching.py).
+    PolicyRule(("batch",), ("jobs",), (*READ, *WRITE)),
+    PolicyRule(("",), ("pods/log",), ("get",)),
 )
 
 #: ModelPool controller: decides in its status (the grant), watches its members, their pods and

@@ -22,6 +22,7 @@ from controlplane.operator.settings import (
     LEADER_ELECTION_ID,
     OperatorSettings,
 )
+from controlplane.controllers.inferenceservice.weights import DEFAULT_MODEL_CACHE_PATH
 from controlplane.preflight import EXIT_DENIED, PreflightDenied
 
 
@@ -48,6 +49,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="image of a proxy whose ModelRouter names none ($MODELPOOL_PROXY_IMAGE; "
         "default: the operator's own, read from its Pod)",
     )
+    parser.add_argument(
+        "--model-cache-path",
+        default=DEFAULT_MODEL_CACHE_PATH,
+        help="node folder (a hostPath) that downloaded weights are cached in, shared by every "
+        f"member on the node (default {DEFAULT_MODEL_CACHE_PATH})",
+    )
+    parser.add_argument(
+        "--fetch-image",
+        default=os.environ.get("MODELPOOL_FETCH_IMAGE", ""),
+        help="image that downloads weights (controlplane fetch-model; $MODELPOOL_FETCH_IMAGE; "
+        "default: the operator's own, read from its Pod)",
+    )
 
 
 def settings_from(args: argparse.Namespace) -> OperatorSettings:
@@ -62,6 +75,8 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
         preflight_cache_dir=args.preflight_cache_dir,
         proxy_image=args.proxy_image,
         pod_name=os.environ.get("POD_NAME", ""),
+        model_cache_path=args.model_cache_path,
+        fetch_image=args.fetch_image,
     )
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 
 from controlplane.controllers.inferenceservice import setup_inference_service_controller
+from controlplane.controllers.inferenceservice.weights import WeightsPlacement
 from controlplane.controllers.modelpool import setup_model_pool_controller
 from controlplane.controllers.modelrouter import setup_model_router_controller
 from controlplane.operator.proxyimage import ProxyImage
@@ -59,7 +60,17 @@ def build_manager(settings: OperatorSettings) -> tuple[Manager, PreflightGate]:
         hold_start=True,
     )
     # Controllers register here, each with the informers it reads.
-    setup_inference_service_controller(manager, identity)
+    fetch_image = ProxyImage(
+        manager.client,
+        configured=settings.fetch_image,
+        pod_namespace=settings.namespace,
+        pod_name=settings.pod_name,
+    )
+
+    async def placement() -> WeightsPlacement:
+        return WeightsPlacement(settings.model_cache_path, await fetch_image())
+
+    setup_inference_service_controller(manager, identity, placement=placement)
     setup_model_pool_controller(manager, identity)
     proxy_image = ProxyImage(
         manager.client,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from controlplane.controllers.inferenceservice.weights import DEFAULT_MODEL_CACHE_PATH
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE
 
 #: The operator's leader-election Lease, in its own namespace.
@@ -40,3 +41,8 @@ class OperatorSettings:
     proxy_image: str = ""
     #: The operator's own Pod ($POD_NAME), read for its image when ``proxy_image`` is empty.
     pod_name: str = ""
+    #: The node folder downloaded weights are cached in (a hostPath on every node).
+    model_cache_path: str = DEFAULT_MODEL_CACHE_PATH
+    #: The image of the weights' fetcher (``controlplane fetch-model``); empty means the
+    #: operator's own, as for the proxy.
+    fetch_image: str = ""

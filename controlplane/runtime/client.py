@@ -211,6 +211,10 @@ class KubeClient:
                 raise _decode_error(response)
         return response.content
 
+    async def get_bytes(self, path: str, params: Mapping[str, str | int] | None = None) -> bytes:
+        """A GET whose answer is not JSON (a pod's log, ``pods/log``): the body as it came."""
+        return await self._send("GET", path, params=params)
+
     # -- verbs --------------------------------------------------------------------------------
 
     async def get(

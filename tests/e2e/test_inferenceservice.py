@@ -122,8 +122,15 @@ async def test_isvc_serves_stops_and_comes_back(
     assert status["readyReplicas"] == 1
     assert status["endpoint"] == f"http://{name}.{namespace}.svc:8080"
     assert status["observedGeneration"] == ready["metadata"]["generation"]
-    (condition,) = status["conditions"]
-    assert (condition["type"], condition["status"]) == ("Ready", "True")
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert set(conditions) == {"Ready", "ModelReady"}
+    assert conditions["Ready"]["status"] == "True"
+    # A model baked into the image is read where it is: ready without a fetch.
+    assert (conditions["ModelReady"]["status"], conditions["ModelReady"]["reason"]) == (
+        "True",
+        "NotFetched",
+    )
+    assert status["model"]["summary"] == "Ready (image)"
 
     # The children: owned by the InferenceService, shaped as the spec says.
     owner = {"apiVersion": "inference.modelpool.dev/v1alpha1", "kind": "InferenceService",
@@ -260,7 +267,7 @@ async def test_a_deployment_it_does_not_own_is_left_alone_and_the_isvc_is_pendin
     before = await admin.create(DEPLOYMENTS, foreign, namespace)
     await admin.create(ISVC, isvc_body(name), namespace)
     pending = await wait_phase(admin, namespace, name, "Pending")
-    (condition,) = pending["status"]["conditions"]
+    condition = next(c for c in pending["status"]["conditions"] if c["type"] == "Ready")
     assert condition["reason"] == "NotOwned"
     assert "Deployment" in condition["message"]
     after = await admin.get(DEPLOYMENTS, name, namespace)

@@ -9,6 +9,7 @@ from controlplane.api.v1alpha1.inferenceservice import (
     KvCacheSpec,
     KvCacheStatus,
     ModelSource,
+    ModelStatus,
     PoolDecisionSeen,
 )
 from controlplane.api.v1alpha1.meta import (
@@ -63,6 +64,7 @@ __all__ = [
     "ModelRouterSpec",
     "ModelRouterStatus",
     "ModelSource",
+    "ModelStatus",
     "ObjectMeta",
     "PoolDecisionSeen",
     "PoolMember",

@@ -37,6 +37,13 @@ from controlplane.api.v1alpha1.meta import (
     PrinterColumn,
     ResourceRequirements,
 )
+from controlplane.api.v1alpha1.modelsource import (
+    SHA256_PATTERN,
+    SOURCE_RULES,
+    ParsedSource,
+    parse_source,
+)
+from controlplane.api.v1alpha1.podtemplate import PodTemplateFields, subdomain_field
 
 DEFAULT_IMAGE: Final = "ghcr.io/ggml-org/llama.cpp:server"
 DEFAULT_PORT: Final = 8080
@@ -64,6 +71,8 @@ MAX_KV_CACHE_TIMEOUT_SECONDS: Final = 300
 #: An absolute path of plain segments (no ``//``); ``.`` and ``..`` segments are refused by a rule.
 HOST_PATH_PATTERN: Final = r"^(/[A-Za-z0-9._-]+)+/?$"
 HOST_PATH_MAX_LENGTH: Final = 1024
+#: The key of ``spec.model.tokenSecret`` when it names none.
+DEFAULT_TOKEN_KEY: Final = "token"
 
 #: How a save or a restore ended (``status.kvCache.lastSave.outcome``, ``.lastRestore.outcome``).
 KV_SUCCEEDED: Final = "Succeeded"
@@ -75,6 +84,14 @@ KV_TIMED_OUT: Final = "TimedOut"
 #: No slot to save (none used) or nothing recorded as saved to restore.
 KV_NOTHING: Final = "Nothing"
 KV_OUTCOMES: Final = (KV_SUCCEEDED, KV_PARTIAL, KV_FAILED, KV_TIMED_OUT, KV_NOTHING)
+
+#: ``status.model.state``: a fetched source's weights are not on the node yet (its fetch Job is
+#: being created or has not started), are being downloaded, are there and verified, or failed.
+MODEL_PENDING: Final = "Pending"
+MODEL_DOWNLOADING: Final = "Downloading"
+MODEL_READY: Final = "Ready"
+MODEL_FAILED: Final = "Failed"
+MODEL_STATES: Final = (MODEL_PENDING, MODEL_DOWNLOADING, MODEL_READY, MODEL_FAILED)
 
 PHASES: Final = (
     PHASE_PENDING,
@@ -88,8 +105,20 @@ PHASES: Final = (
 
 
 @dataclass(kw_only=True)
+class SecretKey(ApiObject):
+    """One key of a Secret of the namespace."""
+
+    name: str | None = subdomain_field("The Secret's name.", required=True)
+    key: str | None = api_field(
+        "The key in it.", default=DEFAULT_TOKEN_KEY, min_length=1, max_length=253
+    )
+
+
+@dataclass(kw_only=True)
 class ModelSource(ApiObject):
     """The model to serve: a name clients ask for, and where its weights come from."""
+
+    RULES: ClassVar[tuple[Rule, ...]] = SOURCE_RULES
 
     name: str | None = api_field(
         "Model name as clients request it (the OpenAI `model` field).",
@@ -98,11 +127,27 @@ class ModelSource(ApiObject):
         max_length=253,
     )
     source: str | None = api_field(
-        "URI or path of the model weights (e.g. a GGUF file), passed to the server.",
+        "Where the weights are (a GGUF file): /PATH (in the server's image), file:///PATH (on "
+        "the node), pvc://CLAIM/PATH, https://HOST/PATH (http:// only with sha256) or "
+        "hf://ORG/REPO/PATH[@REVISION]; https and hf sources are downloaded once into the "
+        "node's cache.",
         required=True,
         min_length=1,
         max_length=2048,
     )
+    sha256: str | None = api_field(
+        "The weights' SHA-256, in lower-case hex: a download that does not match fails the "
+        "InferenceService, naming both digests.",
+        pattern=SHA256_PATTERN,
+    )
+    token_secret: SecretKey | None = api_field(
+        "A Secret key holding the token for the download (HF_TOKEN for hf://, a bearer token "
+        "for https://); given to the fetcher only, never to the server."
+    )
+
+    def parsed(self) -> ParsedSource:
+        """The parsed source (:func:`~controlplane.api.v1alpha1.modelsource.parse_source`)."""
+        return parse_source(self.source or "", self.sha256)
 
 
 @dataclass(kw_only=True)
@@ -189,6 +234,10 @@ class InferenceServiceSpec(ApiObject):
     kv_cache: KvCacheSpec | None = api_field(
         "Carry the KV cache across a scale to zero (a pool's swap); off when absent."
     )
+    pod: PodTemplateFields | None = api_field(
+        "What the server's pod needs on this cluster: tolerations, affinity, priority and "
+        "runtime class, pull secrets, env, extra volumes, pod labels and annotations."
+    )
 
     def desired_replicas(self) -> int:
         """The replicas this spec asks for (absent means 1)."""
@@ -234,6 +283,28 @@ class KvCacheStatus(ApiObject):
 
 
 @dataclass(kw_only=True)
+class ModelStatus(ApiObject):
+    """Where the weights are and, for a downloaded source, how far their download is."""
+
+    source: str | None = api_field("The spec.model.source this describes.")
+    state: str | None = api_field("Where the weights stand.", enum=MODEL_STATES)
+    path: str | None = api_field(
+        "Where the file is: on the node (the cache's file, or the file:// path), in the claim, "
+        "or in the image."
+    )
+    node: str | None = api_field("The node whose cache holds the download.")
+    sha256: str | None = api_field("The digest of the file as downloaded and verified.")
+    bytes_done: int | None = api_field("Bytes downloaded so far.", format="int64", minimum=0)
+    bytes_total: int | None = api_field("The file's size, once known.", format="int64", minimum=0)
+    bytes_per_second: int | None = api_field(
+        "The download's recent rate.", format="int64", minimum=0
+    )
+    fetch_job: str | None = api_field("The Job that downloads the weights into the node cache.")
+    summary: str | None = api_field("One line for kubectl: Ready, Downloading 42%, Failed.")
+    message: str | None = api_field("What happened, in words (the failure, if any).")
+
+
+@dataclass(kw_only=True)
 class PoolDecisionSeen(ApiObject):
     """The pool decision this InferenceService's Deployment was last sized by: the pool's
     acknowledgement that a release has been carried out (docs/modelpool.md, "The grant")."""
@@ -274,6 +345,9 @@ class InferenceServiceStatus(ApiObject):
     pool_decision: PoolDecisionSeen | None = api_field(
         "The pool decision the Deployment was last sized by, once carried out."
     )
+    model: ModelStatus | None = api_field(
+        "Where the weights are, and how their download goes (the ModelReady condition)."
+    )
     conditions: list[Condition] = conditions_field("Current conditions.")
 
 
@@ -295,6 +369,9 @@ class InferenceService(CustomObject):
         PrinterColumn("Pool", ".status.pool", description="Pool that decides when it runs"),
         PrinterColumn("Ready", ".status.readyReplicas", "integer", "Ready replicas"),
         PrinterColumn("Phase", ".status.phase", description="Lifecycle phase"),
+        PrinterColumn(
+            "Weights", ".status.model.summary", description="The weights: Ready, Downloading 42%"
+        ),
         PrinterColumn("Endpoint", ".status.endpoint", description="URL", priority=1),
         PrinterColumn(
             "KV-Cache",

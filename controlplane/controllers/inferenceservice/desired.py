@@ -27,6 +27,12 @@ from controlplane.controllers.children import (
     resource_requirements,
     with_spec_hash,
 )
+from controlplane.controllers.inferenceservice.weights import (
+    WeightsPlacement,
+    model_pod_parts,
+    pinned_affinity,
+    placement_fields,
+)
 from controlplane.runtime.endpoints import MEMBER_PORT_NAME
 
 #: Labels on everything the controller creates; the last one is the selector.
@@ -86,14 +92,18 @@ def server_port(isvc: InferenceService) -> int:
     return isvc.spec.port or DEFAULT_PORT
 
 
-def server_args(isvc: InferenceService) -> list[str]:
-    """llama-server's arguments: the model, its served name, where to listen, then ``spec.args``."""
+def server_args(isvc: InferenceService, model_path: str | None = None) -> list[str]:
+    """llama-server's arguments: the model (``model_path``, where its source is mounted: see
+    :func:`~controlplane.controllers.inferenceservice.weights.model_pod_parts`), its served name,
+    where to listen, then ``spec.args``."""
     model = isvc.spec.model
     if model is None or not model.name or not model.source:
         raise ValueError(f"InferenceService {isvc.name}: spec.model.name and .source are required")
+    if model_path is None:
+        model_path = model_pod_parts(isvc, WeightsPlacement()).model_path
     return [
         "--model",
-        model.source,
+        model_path,
         "--alias",
         model.name,
         "--host",
@@ -145,14 +155,23 @@ def _metadata(isvc: InferenceService) -> dict[str, Any]:
     }
 
 
-def desired_deployment(isvc: InferenceService, replicas: int | None = None) -> dict[str, Any]:
+def desired_deployment(
+    isvc: InferenceService,
+    replicas: int | None = None,
+    *,
+    placement: WeightsPlacement | None = None,
+    node: str | None = None,
+) -> dict[str, Any]:
     """The Deployment this InferenceService wants, as a server-side apply body; ``replicas`` is
     what the grant allows (:func:`~controlplane.controllers.modelpool.grant.deployment_replicas`),
-    ``spec.replicas`` when not given."""
+    ``spec.replicas`` when not given. ``placement`` is the operator's node cache and fetch image;
+    ``node``, the node whose cache holds the downloaded weights, to which the pod is pinned."""
+    weights = model_pod_parts(isvc, placement or WeightsPlacement())
+    pod_fields = isvc.spec.pod
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": isvc.spec.image or DEFAULT_IMAGE,
-        "args": server_args(isvc),
+        "args": server_args(isvc, weights.model_path),
         "ports": [{"name": PORT_NAME, "containerPort": server_port(isvc), "protocol": "TCP"}],
         "readinessProbe": _probe(0, READINESS_PERIOD_SECONDS, 3),
         "livenessProbe": _probe(
@@ -167,23 +186,46 @@ def desired_deployment(isvc: InferenceService, replicas: int | None = None) -> d
     }
     if resources := _resources(isvc):
         container["resources"] = resources
+    volumes = list(weights.volumes)
+    mounts = list(weights.server_mounts)
+    if pod_fields is not None:
+        if pod_fields.env:
+            container["env"] = [var.to_dict() for var in pod_fields.env]
+        if pod_fields.env_from:
+            container["envFrom"] = [source.to_dict() for source in pod_fields.env_from]
+        volumes += [volume.to_dict() for volume in pod_fields.volumes]
+        mounts += [mount.to_dict() for mount in pod_fields.volume_mounts]
     pod_spec: dict[str, Any] = {
         "containers": [container],
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "automountServiceAccountToken": False,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        **placement_fields(isvc),
     }
-    if isvc.spec.node_selector:
-        pod_spec["nodeSelector"] = dict(isvc.spec.node_selector)
+    if weights.init_containers:
+        pod_spec["initContainers"] = weights.init_containers
+    if node is not None:
+        pod_spec["affinity"] = pinned_affinity(pod_spec.get("affinity"), node)
+    if pod_fields is not None and pod_fields.runtime_class_name:
+        pod_spec["runtimeClassName"] = pod_fields.runtime_class_name
     if isvc.spec.kv_cache_enabled():
-        container["volumeMounts"] = [{"name": KV_CACHE_VOLUME, "mountPath": KV_CACHE_MOUNT_PATH}]
-        pod_spec["volumes"] = [
+        mounts.append({"name": KV_CACHE_VOLUME, "mountPath": KV_CACHE_MOUNT_PATH})
+        volumes.append(
             {
                 "name": KV_CACHE_VOLUME,
                 "hostPath": {"path": kv_cache_host_path(isvc), "type": "DirectoryOrCreate"},
             }
-        ]
+        )
         pod_spec["readinessGates"] = [{"conditionType": KV_CACHE_RESTORED_CONDITION}]
+    if mounts:
+        container["volumeMounts"] = mounts
+    if volumes:
+        pod_spec["volumes"] = volumes
+    template_metadata: dict[str, Any] = {
+        "labels": {**(pod_fields.labels if pod_fields else {}), **child_labels(isvc.name)}
+    }
+    if pod_fields is not None and pod_fields.annotations:
+        template_metadata["annotations"] = dict(pod_fields.annotations)
     return with_spec_hash(
         {
             "apiVersion": "apps/v1",
@@ -196,10 +238,7 @@ def desired_deployment(isvc: InferenceService, replicas: int | None = None) -> d
                 "strategy": {"type": "Recreate"},
                 "progressDeadlineSeconds": PROGRESS_DEADLINE_SECONDS,
                 "revisionHistoryLimit": REVISION_HISTORY_LIMIT,
-                "template": {
-                    "metadata": {"labels": child_labels(isvc.name)},
-                    "spec": pod_spec,
-                },
+                "template": {"metadata": template_metadata, "spec": pod_spec},
             },
         }
     )

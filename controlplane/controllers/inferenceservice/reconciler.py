@@ -1,5 +1,17 @@
 """The InferenceService reconciler: reads the caches, applies what differs, writes status on change.
 
+*Why one module of this size:* the Deployment's writes, the KV cache's save before a lowering and
+restore before a readiness gate, and the status all act on one InferenceService in one reconcile
+and must be ordered with each other; the pure rules live beside it (``desired``, ``status``,
+``kvcache``, ``weights``, ``weightsstatus``), and the weights' I/O in ``fetching``.
+
+**Weights first** (docs/inferenceservice.md, "Model weights"): the reconcile starts by asking
+:class:`~controlplane.controllers.inferenceservice.fetching.WeightsFetcher` where the weights
+stand (for a downloaded source: creating its fetch Job and reading its progress); until
+``ModelReady`` is True the Deployment is held at 0, and once it is the pod is pinned to the node
+that holds the file. A Deployment the API server refuses (``spec.pod``'s pass-through types) is
+``Failed`` with reason ``DeploymentRefused`` and the server's message.
+
 **Pool members run only when granted** (docs/modelpool.md,
 :mod:`~controlplane.controllers.modelpool.grant`). The Deployment's replicas are
 :func:`~controlplane.controllers.modelpool.grant.deployment_replicas`: ``spec.replicas`` for an
@@ -52,18 +64,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from controlplane.api.v1alpha1 import (
     InferenceService,
+    InferenceServiceStatus,
     KvCacheOperation,
     ModelPool,
     PoolDecisionSeen,
+    set_condition,
 )
 from controlplane.api.v1alpha1.inferenceservice import PHASE_FAILED, PHASE_PENDING
+from controlplane.api.v1alpha1.modelsource import SourceError
 from controlplane.clock import TimeSource
 from controlplane.controllers.children import FIELD_MANAGER, foreign_child, needs_apply
 from controlplane.controllers.inferenceservice import kvcache
@@ -72,7 +87,9 @@ from controlplane.controllers.inferenceservice.desired import (
     PORT_NAME,
     desired_deployment,
     desired_service,
+    owner_reference,
 )
+from controlplane.controllers.inferenceservice.fetching import WeightsFetcher
 from controlplane.controllers.inferenceservice.kvcache import RestoreStep
 from controlplane.controllers.inferenceservice.metrics import (
     KV_CACHE_DURATION,
@@ -86,6 +103,18 @@ from controlplane.controllers.inferenceservice.status import (
     explain_hold,
     status_changed,
 )
+from controlplane.controllers.inferenceservice.weights import (
+    MODEL_OF_LABEL,
+    WeightsPlacement,
+    source_of,
+)
+from controlplane.controllers.inferenceservice.weightsstatus import (
+    WeightsVerdict,
+    invalid_source,
+    not_fetched,
+    transition_event,
+    with_weights,
+)
 from controlplane.controllers.modelpool.grant import (
     decision_seen,
     deployment_replicas,
@@ -97,11 +126,11 @@ from controlplane.runtime.cache import NAMESPACE_INDEX, Object
 from controlplane.runtime.client import STRATEGIC_MERGE_PATCH, KubeClient
 from controlplane.runtime.controller import Request, Result
 from controlplane.runtime.endpoints import SERVICE_NAME_LABEL, pod_urls
-from controlplane.runtime.errors import Conflict, NotFound
+from controlplane.runtime.errors import Conflict, Invalid, NotFound
 from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
 from controlplane.runtime.manager import Manager
-from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, PODS, SERVICES
+from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, JOBS, PODS, SERVICES
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +146,9 @@ UNLISTED_SETTLE_SECONDS: Final = 2.0
 #: Writes of ``status.kvCache`` retried on a conflict (each re-reads the live object): the record
 #: of a save must not be lost to a concurrent status write, or the restore would not find it.
 KV_STATUS_WRITE_ATTEMPTS: Final = 4
+#: The Ready reason of an InferenceService whose Deployment the API server refuses (a malformed
+#: ``spec.pod.affinity`` or volume source, which the CRD keeps whole).
+REASON_DEPLOYMENT_REFUSED: Final = "DeploymentRefused"
 #: How soon a pod whose server is loaded but not yet behind its Service is looked at again.
 KV_ENDPOINT_RECHECK_SECONDS: Final = 0.5
 
@@ -148,6 +180,7 @@ class InferenceServiceReconciler:
         pods: Informer,
         pools: Informer,
         endpoint_slices: Informer,
+        weights: WeightsFetcher | None = None,
         slot_cache: SlotCacheClient | None = None,
         clock: TimeSource = time.monotonic,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -160,6 +193,8 @@ class InferenceServiceReconciler:
         self.pods = pods
         self.pools = pools
         self.endpoint_slices = endpoint_slices
+        #: None (unit tests of other rules): only sources read where they are are understood.
+        self.weights = weights
         self.slot_cache = slot_cache or SlotCacheClient()
         self.clock = clock
         self.wall_clock = wall_clock
@@ -194,25 +229,34 @@ class InferenceServiceReconciler:
             obj["metadata"].get("uid"),
             (("Deployment", deployment), ("Service", service)),
         )
-        replicas = self._replicas(obj, deployment)
+        verdict, placement, requeue = await self._weights(obj)
+        replicas = self._replicas(obj, deployment, weights=verdict)
         if conflict is None and replicas.count > _deployment_replicas(deployment):
             try:
-                replicas = await self._confirm_raise(key, obj, deployment)
+                replicas = await self._confirm_raise(key, obj, deployment, verdict)
             except NotFound:
                 return Result()  # deleted meanwhile
         isvc = InferenceService.from_dict(replicas.obj)
-        requeue: float | None = None
         if conflict is None:
-            wanted = desired_deployment(isvc, replicas.count)
+            wanted = desired_deployment(
+                isvc, replicas.count, placement=placement, node=verdict.status.node
+            )
             if _deployment_replicas(deployment) == 0:
                 self._lowered.discard(key)  # the cache has caught up with our last lowering
             if needs_apply(deployment, wanted):
                 lowering = replicas.count < _deployment_replicas(deployment)
                 if lowering and key not in self._lowered:
                     isvc = await self._save_kv_cache(key, isvc)
-                deployment = await self.client.apply(
-                    DEPLOYMENTS, wanted, field_manager=FIELD_MANAGER, force=True
-                )
+                try:
+                    deployment = await self.client.apply(
+                        DEPLOYMENTS, wanted, field_manager=FIELD_MANAGER, force=True
+                    )
+                except Invalid as err:
+                    # spec.pod's pass-through types (affinity, volumes) are validated here, by
+                    # the Deployment's schema: say so, and wait for the spec to change.
+                    refused = f"the API server refused its Deployment: {err.message}"
+                    log.warning("%s: %s", key, refused)
+                    return await self._refused(obj, isvc, refused)
                 self._applied[key] = int(deployment["metadata"].get("generation") or 0)
                 if lowering:
                     self._lowered.add(key)
@@ -223,18 +267,21 @@ class InferenceServiceReconciler:
             if needs_apply(service, wanted):
                 await self.client.apply(SERVICES, wanted, field_manager=FIELD_MANAGER, force=True)
                 log.info("%s: applied Service", key)
-            isvc, requeue = await self._restore_kv_cache(key, isvc)
+            isvc, restore_requeue = await self._restore_kv_cache(key, isvc)
+            requeue = _sooner(requeue, restore_requeue)
         decision = compute_phase(replicas.count, deployment, self._pod_count(isvc), conflict)
         decision = explain_hold(decision, replicas.hold)
         if replicas.hold.settling:
             requeue = min(requeue or replicas.hold.settle_seconds, replicas.hold.settle_seconds)
         settle = Result(requeue_after=requeue) if requeue is not None else Result()
         status = desired_status(isvc, decision, deployment, replicas.pools, replicas.count)
+        with_weights(status, verdict, isvc.metadata.generation)
         if conflict is None:
             status.pool_decision = self._acknowledgement(key, replicas, deployment)
         if not status_changed(isvc.status, status):
             return settle
         previous = isvc.status.phase
+        weights_event = transition_event(isvc.status.model, verdict.status)
         isvc.status = status
         try:
             await self.client.update_status(InferenceService.resource(), isvc.to_dict())
@@ -242,6 +289,9 @@ class InferenceServiceReconciler:
             return Result(requeue=True)  # our cache was stale; the watch brings the new version
         except NotFound:
             return Result()
+        if weights_event is not None:
+            self.recorder.event(obj, weights_event.type, weights_event.reason, "FetchModel",
+                                weights_event.note)  # fmt: skip
         if previous != decision.phase:
             log.info("%s: phase %s -> %s (%s)", key, previous, decision.phase, decision.reason)
             self.recorder.event(
@@ -252,6 +302,21 @@ class InferenceServiceReconciler:
                 f"phase {previous or 'unset'} -> {decision.phase}: {decision.message}",
             )
         return settle
+
+    async def _refused(self, obj: Object, isvc: InferenceService, message: str) -> Result:
+        """Failed, ``DeploymentRefused``: the spec makes a Deployment the API server refuses."""
+        status = InferenceServiceStatus.from_dict(isvc.status.to_dict())
+        status.phase = PHASE_FAILED
+        set_condition(status.conditions, "Ready", "False", REASON_DEPLOYMENT_REFUSED, message,
+                      isvc.metadata.generation)  # fmt: skip
+        if status_changed(isvc.status, status):
+            isvc.status = status
+            try:
+                await self.client.update_status(InferenceService.resource(), isvc.to_dict())
+            except (Conflict, NotFound):
+                return Result(requeue=True)
+            self.recorder.event(obj, "Warning", REASON_DEPLOYMENT_REFUSED, "Reconcile", message)
+        return Result()
 
     def _acknowledgement(
         self, key: str, replicas: Replicas, deployment: Mapping[str, Any] | None
@@ -267,14 +332,31 @@ class InferenceServiceReconciler:
             generation = max(cached, self._applied.get(key, 0))
         return PoolDecisionSeen.from_dict({**replicas.decision, "deploymentGeneration": generation})
 
+    async def _weights(self, obj: Object) -> tuple[WeightsVerdict, WeightsPlacement, float | None]:
+        """Where the weights stand (and the fetch Job, for a fetched source): see
+        :mod:`~controlplane.controllers.inferenceservice.fetching`."""
+        isvc = InferenceService.from_dict(obj)
+        if self.weights is not None:
+            return await self.weights.observe(isvc, owner_reference(isvc))
+        placement = WeightsPlacement()
+        try:
+            source = source_of(isvc)
+        except SourceError as error:
+            raw = (isvc.spec.model.source if isvc.spec.model else None) or ""
+            return invalid_source(raw, error), placement, None
+        return not_fetched(isvc, source), placement, None
+
     def _replicas(
         self,
         obj: Object,
         deployment: Mapping[str, Any] | None,
         pools: Iterable[Object] | None = None,
+        *,
+        weights: WeightsVerdict,
     ) -> Replicas:
         """The Deployment's replicas by the grant, from the cached pools unless ``pools`` (a live
-        list) is given; an unlisted InferenceService still settling is held at what it has."""
+        list) is given; an unlisted InferenceService still settling is held at what it has, and
+        one whose weights are not ready at 0 (a server without its file would only crash)."""
         meta = obj["metadata"]
         namespace = meta.get("namespace") or ""
         if pools is None:
@@ -292,11 +374,18 @@ class InferenceServiceReconciler:
         settle = self._settle_seconds(f"{namespace}/{meta['name']}", meta.get("uid"))
         if not listing and count > current and settle > 0:
             count, hold = current, replace(hold, settle_seconds=settle)
+        if not weights.ready:
+            count = 0
+            hold = replace(hold, weights=weights.message, weights_failed=weights.failed)
         decision = decision_seen(pools, meta["name"], None)
         return Replicas(count, hold, listing, obj, decision)
 
     async def _confirm_raise(
-        self, key: str, cached: Object, deployment: Mapping[str, Any] | None
+        self,
+        key: str,
+        cached: Object,
+        deployment: Mapping[str, Any] | None,
+        weights: WeightsVerdict,
     ) -> Replicas:
         """Decide a raise again from the API server, not the caches.
 
@@ -311,7 +400,7 @@ class InferenceServiceReconciler:
         """
         namespace = cached["metadata"].get("namespace") or ""
         pools = (await self.client.list(ModelPool.resource(), namespace)).items
-        replicas = self._replicas(cached, deployment, pools)
+        replicas = self._replicas(cached, deployment, pools, weights=weights)
         if replicas.count > _deployment_replicas(deployment):
             log.info("%s: raising the Deployment, confirmed live", key)
         return replicas
@@ -486,6 +575,13 @@ class InferenceServiceReconciler:
                  verdict.reason)  # fmt: skip
 
 
+def _sooner(first: float | None, second: float | None) -> float | None:
+    """The sooner of two requeues, either of which may be none."""
+    if first is None or second is None:
+        return first if second is None else second
+    return min(first, second)
+
+
 def _deployment_replicas(deployment: Mapping[str, Any] | None) -> int:
     """The replicas the Deployment is asked for: 0 when there is none yet."""
     if deployment is None:
@@ -517,17 +613,37 @@ def _slice_to_owner(slice_: Mapping[str, Any]) -> Iterable[Request]:
     return (Request(meta.get("namespace") or "", name),) if name else ()
 
 
+def _job_pods_to_owner(pod: Mapping[str, Any]) -> Iterable[Request]:
+    meta = pod["metadata"]
+    name = (meta.get("labels") or {}).get(MODEL_OF_LABEL)
+    return (Request(meta.get("namespace") or "", name),) if name else ()
+
+
 def setup_inference_service_controller(
-    manager: Manager, identity: str, slot_cache: SlotCacheClient | None = None
+    manager: Manager,
+    identity: str,
+    slot_cache: SlotCacheClient | None = None,
+    placement: Callable[[], Awaitable[WeightsPlacement]] | None = None,
 ) -> InferenceServiceReconciler:
-    """Wire the controller into ``manager`` (watching every namespace)."""
+    """Wire the controller into ``manager`` (watching every namespace). ``placement`` gives the
+    node cache and the fetch image (the defaults of
+    :class:`~controlplane.controllers.inferenceservice.weights.WeightsPlacement` when None)."""
     inference_services = manager.informer(InferenceService.resource())
     deployments = manager.informer(DEPLOYMENTS)
     services = manager.informer(SERVICES)
     pods = manager.informer(PODS, label_selector=ISVC_LABEL)
     pools = manager.informer(ModelPool.resource())
     endpoint_slices = manager.informer(ENDPOINT_SLICES, label_selector=SERVICE_NAME_LABEL)
+    jobs = manager.informer(JOBS, label_selector=MODEL_OF_LABEL)
+    job_pods = manager.informer(PODS, label_selector=MODEL_OF_LABEL)
     recorder = manager.event_recorder(EVENT_REPORTER, identity)
+
+    async def default_placement() -> WeightsPlacement:
+        return WeightsPlacement()
+
+    weights = WeightsFetcher(
+        manager.client, jobs=jobs, pods=job_pods, placement=placement or default_placement
+    )
     reconciler = InferenceServiceReconciler(
         manager.client,
         recorder,
@@ -537,6 +653,7 @@ def setup_inference_service_controller(
         pods=pods,
         pools=pools,
         endpoint_slices=endpoint_slices,
+        weights=weights,
         slot_cache=slot_cache,
     )
     (
@@ -546,6 +663,8 @@ def setup_inference_service_controller(
         .for_(inference_services)
         .owns(deployments)
         .owns(services)
+        .owns(jobs)
+        .watches(job_pods, _job_pods_to_owner)
         .watches(pods, _pods_to_owner)
         .watches(pools, _pool_to_members)
         .watches(endpoint_slices, _slice_to_owner)

@@ -25,7 +25,12 @@ brought up says ``Starting``.
 7. Draining when desired 0 (pods still terminating, reason ``Stopping``); Starting otherwise
    (desired 1, nothing ready yet: the model is loading; reason ``Starting``).
 
-Then :func:`explain_hold` says why a member that is not running is not (the pools' side):
+Then :func:`explain_hold` says why a member that is not running is not:
+
+* its weights are not ready (``ModelReady`` not True: still downloading, or failed): Starting with
+  reason ``WaitingForWeights``, or Failed with ``WeightsFailed`` when the download failed for good
+  (the message is the fetcher's: a 404, a 401, both digests of a mismatch); the Deployment is held
+  at 0 meanwhile;
 
 * Stopped, and a pool listing it is swapping to it (its ``status.pendingMember``, phase
   ``Swapping``): Starting with reason ``WaitingForSlot``: the pool has chosen it and is draining
@@ -75,6 +80,8 @@ REASON_STOPPING: Final = "Stopping"
 REASON_NOT_GRANTED: Final = "NotGranted"
 REASON_WAITING_FOR_POOLS: Final = "WaitingForPools"
 REASON_WAITING_FOR_SLOT: Final = "WaitingForSlot"
+REASON_WAITING_FOR_WEIGHTS: Final = "WaitingForWeights"
+REASON_WEIGHTS_FAILED: Final = "WeightsFailed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +95,10 @@ class Hold:
     settle_seconds: float = 0.0
     #: The pool(s) swapping to it: it is their ``pendingMember`` (:func:`chosen_by`).
     chosen_by: str | None = None
+    #: Its weights are not where the server reads them: what they wait for (``ModelReady``).
+    weights: str | None = None
+    #: ...and they never will be without a change of the spec (the download failed for good).
+    weights_failed: bool = False
 
     @property
     def settling(self) -> bool:
@@ -158,6 +169,11 @@ def explain_hold(decision: PhaseDecision, hold: Hold) -> PhaseDecision:
     """Say why a member is not running, from its pools' side (rules in the module docstring). A
     phase that reports something else (Ready, Draining, Starting, Failed, not owned) is left as it
     is."""
+    waiting = decision.phase in (PHASE_STOPPED, PHASE_CREATING, PHASE_STARTING)
+    if hold.weights is not None and (waiting or hold.weights_failed):
+        if hold.weights_failed:
+            return PhaseDecision(PHASE_FAILED, REASON_WEIGHTS_FAILED, hold.weights)
+        return PhaseDecision(PHASE_STARTING, REASON_WAITING_FOR_WEIGHTS, hold.weights)
     if decision.phase == PHASE_STOPPED and hold.chosen_by is not None:
         message = (
             f"pool {hold.chosen_by} is swapping to it; it starts once the member holding the slot "

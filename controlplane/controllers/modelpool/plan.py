@@ -15,6 +15,9 @@ so every rule is unit-tested as a table (``tests/unit/test_modelpool_plan.py``):
       is *serving* (its InferenceService is Ready, or it has a ready endpoint) is released only
       after its idle probe says idle on every ready endpoint (``probe``); one that is not serving
       (loading, no ready endpoint) is released at once (``release``).
+    * **Weights first.** An owner whose weights are not ready (its ``ModelReady`` is not True:
+      still downloading, or failed) makes the plan empty: nothing is drained for a member that
+      could not start, and ``SlotAllocated`` says ``WaitingForWeights`` (a swap never downloads).
     * **Owner up.** The owner is ``Granted`` only when every other member has *released* the slot:
       ``Released``, the release acknowledged by the member (``status.poolDecision``: see
       :mod:`~controlplane.controllers.modelpool.grant`), its Deployment (at least at the
@@ -91,6 +94,7 @@ REASON_DRAINING: Final = "Draining"
 REASON_WAITING_FOR_PODS: Final = "WaitingForPods"
 REASON_STARTING: Final = "Starting"
 REASON_NOT_DEFERRED: Final = "NotDeferred"
+REASON_WAITING_FOR_WEIGHTS: Final = "WaitingForWeights"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +120,10 @@ class MemberState:
     deployment_drained: bool = True
     #: ``spec.runtime``: which idle probe understands it.
     runtime: str = RUNTIME_LLAMACPP
+    #: Its weights are where its server reads them (``ModelReady`` True for its source now).
+    weights_ready: bool = True
+    #: ``status.model.summary`` (Downloading 42%, Failed: NotFound), to say what a swap waits for.
+    weights: str | None = None
 
     @property
     def ready(self) -> bool:
@@ -154,6 +162,8 @@ class Plan:
     #: Members other than the owner that still hold (part of) the slot.
     holding: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
+    #: The owner, when nothing is done because its weights are not ready yet.
+    waiting_for_weights: str | None = None
 
 
 def plan_actions(members: Mapping[str, MemberState], owner: str | None) -> Plan:
@@ -161,6 +171,14 @@ def plan_actions(members: Mapping[str, MemberState], owner: str | None) -> Plan:
     missing = tuple(missing_members(members))
     if missing:
         return Plan(missing=missing)
+    if (
+        owner is not None
+        and members[owner].slot != SLOT_GRANTED
+        and not members[owner].weights_ready
+    ):
+        # A swap never downloads: nothing is drained for an owner that could not start.
+        held = tuple(n for n, m in members.items() if n != owner and not m.released)
+        return Plan(holding=held, waiting_for_weights=owner)
     probe: list[str] = []
     release: list[str] = []
     holding: list[str] = []
@@ -238,6 +256,10 @@ def _slot_condition(view: PoolView) -> tuple[str, str, str]:
         return FALSE, REASON_MEMBERS_NOT_FOUND, "members are missing; no replica is changed"
     if owner is None:
         return FALSE, REASON_COLD, "no member is requested, resident or default: the pool is cold"
+    if plan.waiting_for_weights is not None:
+        weights = members[owner].weights or "not ready"
+        message = f"{owner} waits for its weights ({weights}); nothing is drained until they are"
+        return FALSE, REASON_WAITING_FOR_WEIGHTS, message
     draining = [n for n in plan.holding if members[n].slot != SLOT_RELEASED]
     if draining:
         return FALSE, REASON_DRAINING, f"{owner} waits for {', '.join(draining)} to drain"

@@ -80,6 +80,7 @@ from controlplane.api.v1alpha1.modelpool import (
     parse_duration,
 )
 from controlplane.controllers.inferenceservice.desired import ISVC_LABEL
+from controlplane.controllers.inferenceservice.weightsstatus import weights_ready, weights_summary
 from controlplane.controllers.modelpool import metrics
 from controlplane.controllers.modelpool.grant import (
     acknowledged,
@@ -191,6 +192,8 @@ class ModelPoolReconciler:
             urls=tuple(member_urls(self.endpoint_slices.store, namespace, name)),
             pods=len(pods),
             deployment_drained=deployment_drained(deployment),
+            weights_ready=weights_ready(isvc),
+            weights=weights_summary(isvc),
         )
 
     # -- tracing -----------------------------------------------------------------------------------
