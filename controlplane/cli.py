@@ -36,6 +36,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "llama-sim": ("controlplane.sim.llamacommand", "run"),
     "sim-node": ("controlplane.standin.command", "run"),
     "tiny-model": ("controlplane.envtest.tinymodel", "run"),
+    "fetch-model": ("controlplane.modelfetch.command", "run"),
 }
 
 

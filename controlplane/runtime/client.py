@@ -211,9 +211,15 @@ class KubeClient:
                 raise _decode_error(response)
         return response.content
 
-    async def get_bytes(self, path: str, params: Mapping[str, str | int] | None = None) -> bytes:
+    async def get_bytes(
+        self,
+        path: str,
+        params: Mapping[str, str | int] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> bytes:
         """A GET whose answer is not JSON (a pod's log, ``pods/log``): the body as it came."""
-        return await self._send("GET", path, params=params)
+        return await self._send("GET", path, params=params, timeout=timeout)
 
     # -- verbs --------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ download is, and returns the verdict of
 
 **How far the download is** comes from the fetch container itself: it prints one JSON record per
 line (:mod:`controlplane.modelfetch.progress`), and while its pod runs this controller reads the
-last line of its log (``GET pods/NAME/log?container=fetch-model&tailLines=1``, the ``pods/log``
+last record of its log (``GET pods/NAME/log?container=fetch-model&tailLines=8``, the ``pods/log``
 permission), every :data:`PROGRESS_REQUEUE_SECONDS`. The fetch pod needs no credentials of its own
 and no access to the API: the kubelet already keeps its output. A log that cannot be read (the
 container not started, the node unreachable) only leaves the progress unknown for that round.
@@ -44,7 +44,7 @@ from controlplane.controllers.inferenceservice.weightsstatus import (
 from controlplane.modelfetch.progress import Done, ProgressRecord, parse_line
 from controlplane.runtime.cache import NAMESPACE_INDEX
 from controlplane.runtime.client import KubeClient
-from controlplane.runtime.errors import ApiError, NotFound
+from controlplane.runtime.errors import KubeError, NotFound
 from controlplane.runtime.informer import Informer
 from controlplane.runtime.resources import JOBS, PODS
 
@@ -54,6 +54,9 @@ log = logging.getLogger(__name__)
 PROGRESS_REQUEUE_SECONDS: Final = 2.0
 #: The label the job controller puts on a Job's pods.
 JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
+#: Lines read from the end of the fetcher's log: its stderr (a retry's warning) is mixed in, so
+#: the last record may not be the last line.
+LOG_TAIL_LINES: Final = 8
 #: A log read is a request to the kubelet through the API server: bounded, and never fatal.
 LOG_TIMEOUT_SECONDS: Final = 5.0
 
@@ -134,13 +137,17 @@ class WeightsFetcher:
         path = PODS.path(meta["namespace"], meta["name"], "log")
         try:
             text = await self.client.get_bytes(
-                path, params={"container": FETCH_CONTAINER, "tailLines": 1}
+                path,
+                params={"container": FETCH_CONTAINER, "tailLines": LOG_TAIL_LINES},
+                timeout=LOG_TIMEOUT_SECONDS,
             )
-        except (ApiError, OSError) as error:
+        except KubeError as error:
             log.debug("log of %s/%s not readable: %s", meta["namespace"], meta["name"], error)
             return None
-        lines = text.decode(errors="replace").strip().splitlines()
-        return parse_line(lines[-1]) if lines else None
+        records = (
+            parse_line(line) for line in reversed(text.decode(errors="replace").splitlines())
+        )
+        return next((record for record in records if record is not None), None)
 
     async def _delete_jobs(self, isvc: InferenceService, keep: str | None) -> None:
         """Delete this InferenceService's fetch Jobs other than ``keep`` (a source it no longer
