@@ -47,6 +47,7 @@ from controlplane.controllers.rbac import OPERATOR_NAMESPACE, OPERATOR_SERVICE_A
 from controlplane.envtest import BinaryNotFoundError, ControlPlane, EnvtestError
 from controlplane.envtest.jaeger import JaegerBackend, compact, render_waterfall, waterfall
 from controlplane.envtest.process import free_port
+from controlplane.local.hub import STAND_IN_BYTES, sample_hub
 from controlplane.runtime.client import KubeClient
 from controlplane.standin.process import die_with_parent
 from controlplane.standin.tokens import TOKEN_SECONDS, service_account_token
@@ -138,6 +139,7 @@ class OperatorProcess(LocalProcess):
         *,
         cwd: Path | None = None,
         env: Mapping[str, str] | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.probe_port = free_port()
         self.metrics_port = free_port()
@@ -147,6 +149,7 @@ class OperatorProcess(LocalProcess):
             "--health-probe-bind-address", f"127.0.0.1:{self.probe_port}",
             "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
             "--preflight-cache-dir", str(workdir / "preflight"),
+            *extra_args,
         ]  # fmt: skip
         super().__init__(
             args,
@@ -320,8 +323,23 @@ def local_system(
     kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds)
     kubeconfig = anyio.run(_operator_kubeconfig, admin_kubeconfig, workdir)
     account = f"{OPERATOR_NAMESPACE}/{OPERATOR_SERVICE_ACCOUNT}"
+    hubs = contextlib.ExitStack()
+    hub = hubs.enter_context(sample_hub(MANIFESTS / "samples", workdir))
+    print(
+        f"a local Hub at {hub.url} serves a {STAND_IN_BYTES // (1024 * 1024)} MiB stand-in for "
+        "each hf:// file the samples name; every fetcher is pointed at it "
+        f"(--fetch-env HF_ENDPOINT={hub.url})",
+        flush=True,
+    )
     print(f"starting the operator as ServiceAccount {account}, and the node stand-in", flush=True)
-    operator = OperatorProcess(kubeconfig, workdir, "modelpool-operator", "operator-local", env=env)
+    operator = OperatorProcess(
+        kubeconfig,
+        workdir,
+        "modelpool-operator",
+        "operator-local",
+        env=env,
+        extra_args=("--fetch-env", f"HF_ENDPOINT={hub.url}"),
+    )
     node = NodeStandInProcess(
         admin_kubeconfig,
         workdir,
@@ -342,6 +360,7 @@ def local_system(
         for process in (node, operator):
             code = process.stop()
             print(f"{process.name} stopped (exit code {code})", flush=True)
+        hubs.close()
 
 
 def real_member_models() -> tuple[Path, Path]:

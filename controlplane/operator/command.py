@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
 import anyio
 
+from controlplane.api.v1alpha1.podtemplate import ENV_NAME_PATTERN
 from controlplane.cliargs import first_error, host_port_or_off
+from controlplane.controllers.inferenceservice.weights import DEFAULT_MODEL_CACHE_PATH
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE
 from controlplane.operator.settings import (
     DEFAULT_METRICS_ADDRESS,
@@ -22,8 +25,17 @@ from controlplane.operator.settings import (
     LEADER_ELECTION_ID,
     OperatorSettings,
 )
-from controlplane.controllers.inferenceservice.weights import DEFAULT_MODEL_CACHE_PATH
 from controlplane.preflight import EXIT_DENIED, PreflightDenied
+
+
+def env_pair(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` (an environment variable for the fetchers)."""
+    name, sep, value = text.partition("=")
+    if not sep or not re.fullmatch(ENV_NAME_PATTERN, name):
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=VALUE with a valid variable name: {text!r}"
+        )
+    return name, value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +60,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("MODELPOOL_PROXY_IMAGE", ""),
         help="image of a proxy whose ModelRouter names none ($MODELPOOL_PROXY_IMAGE; "
         "default: the operator's own, read from its Pod)",
+    )
+    parser.add_argument(
+        "--fetch-env",
+        type=env_pair,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment every weights fetcher gets, before the InferenceService's own "
+        "spec.pod.env (e.g. HF_ENDPOINT of a Hub mirror, HTTPS_PROXY); repeatable",
     )
     parser.add_argument(
         "--model-cache-path",
@@ -77,6 +98,7 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
         pod_name=os.environ.get("POD_NAME", ""),
         model_cache_path=args.model_cache_path,
         fetch_image=args.fetch_image,
+        fetch_env=tuple(args.fetch_env),
     )
 
 

@@ -68,7 +68,9 @@ def build_manager(settings: OperatorSettings) -> tuple[Manager, PreflightGate]:
     )
 
     async def placement() -> WeightsPlacement:
-        return WeightsPlacement(settings.model_cache_path, await fetch_image())
+        return WeightsPlacement(
+            settings.model_cache_path, await fetch_image(), fetch_env=settings.fetch_env
+        )
 
     setup_inference_service_controller(manager, identity, placement=placement)
     setup_model_pool_controller(manager, identity)

@@ -46,3 +46,5 @@ class OperatorSettings:
     #: The image of the weights' fetcher (``controlplane fetch-model``); empty means the
     #: operator's own, as for the proxy.
     fetch_image: str = ""
+    #: ``NAME=VALUE`` pairs every fetcher gets (``--fetch-env``), e.g. a Hub mirror's endpoint.
+    fetch_env: tuple[tuple[str, str], ...] = ()

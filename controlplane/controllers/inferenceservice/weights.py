@@ -70,6 +70,9 @@ class WeightsPlacement:
 
     cache_path: str = DEFAULT_MODEL_CACHE_PATH
     fetch_image: str = DEFAULT_PROXY_IMAGE
+    #: Environment every fetcher gets (``--fetch-env``: a Hub mirror's ``HF_ENDPOINT``, a proxy),
+    #: before the InferenceService's own ``spec.pod.env``, which wins on a name both set.
+    fetch_env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +159,11 @@ def fetch_container(isvc: InferenceService, placement: WeightsPlacement) -> dict
     """
     model = isvc.spec.model
     assert model is not None
-    env: list[dict[str, Any]] = [*copy.deepcopy(list(_FETCHER_ENV)), *_user_env(isvc)]
+    env: list[dict[str, Any]] = [
+        *copy.deepcopy(list(_FETCHER_ENV)),
+        *({"name": name, "value": value} for name, value in placement.fetch_env),
+        *_user_env(isvc),
+    ]
     if model.token_secret is not None:
         env.append(
             {
