@@ -138,7 +138,7 @@ def _connection_error(err: httpx.TransportError, url: str) -> FetchError:
     if isinstance(err, httpx.TimeoutException):
         return FetchError(Reason.UNREACHABLE, f"{url}: timed out ({type(err).__name__})")
     if "CERTIFICATE_VERIFY_FAILED" in text:
-        text += " (a private CA: give its bundle as SSL_CERT_FILE in spec.env)"
+        text += " (a private CA: name its bundle in spec.model.caBundle)"
     return FetchError(Reason.UNREACHABLE, f"{url}: {text}")
 
 

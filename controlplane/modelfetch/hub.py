@@ -131,7 +131,7 @@ def classify(err: BaseException, what: str, dest: Path, reporter: ProgressReport
         if isinstance(link, httpx2.TransportError):
             text = str(link) or type(link).__name__
             if "CERTIFICATE_VERIFY_FAILED" in text:
-                text += " (a private CA: give its bundle as SSL_CERT_FILE in spec.env)"
+                text += " (a private CA: name its bundle in spec.model.caBundle)"
             return FetchError(Reason.UNREACHABLE, f"{what}: {text}")
         if isinstance(link, OfflineModeIsEnabled):
             return FetchError(Reason.UNREACHABLE, f"{what}: HF_HUB_OFFLINE is set")

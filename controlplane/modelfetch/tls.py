@@ -2,7 +2,8 @@
 
 A model server behind a private CA (a company's mirror, the tests' file server) is trusted the
 way every TLS client of a container is told to: ``SSL_CERT_FILE`` (a PEM bundle) or
-``SSL_CERT_DIR`` (a hashed folder) in ``spec.env``, which the fetch container inherits. Read here
+``SSL_CERT_DIR`` (a hashed folder); the operator sets ``SSL_CERT_FILE`` to the bundle of
+``spec.model.caBundle`` (a ConfigMap key mounted in the fetch container only). Read here
 explicitly, for both downloaders, rather than left to each HTTP library's own reading of the
 environment: ``httpx`` and ``huggingface_hub``'s client read it differently (one falls back to
 certifi, the other to the system store), and a shared client built before the variable was set

@@ -315,6 +315,8 @@ async def test_a_50_mb_downloads_progress_is_seen_moving(
     await admin.create(ISVC, https_member("c", https, files, tls[0], replicas=1), namespace)
     seen: list[int] = []
     shown: set[str] = set()
+    #: The Deployment's replicas each time the download was seen running.
+    started: list[int] = []
 
     async def done() -> bool | None:
         model = await model_status(admin, namespace, "c")
@@ -325,12 +327,15 @@ async def test_a_50_mb_downloads_progress_is_seen_moving(
                 seen.append(percent)
             _, out, _ = await kubectl(cluster, "get", "isvc", "c", "-n", namespace)
             shown.update(word for word in out.split() if word.endswith("%"))
+            deployment = await admin.get(DEPLOYMENTS, "c", namespace)
+            started.append(int(deployment["spec"].get("replicas") or 0))
         return True if model.get("state") == "Ready" else None
 
     await eventually(done, timeout=TIMEOUT, interval=0.3, what="c's 50 MB download to finish")
     assert len(seen) >= 2, f"progress did not move: {seen}"
     assert seen == sorted(seen), f"progress went backwards: {seen}"
     assert shown, "kubectl get isvc did not show the download's percentage"
+    assert set(started) == {0}, "the server was started before its weights were there"
     model = await model_status(admin, namespace, "c")
     assert model["bytesTotal"] == 50 * 1024 * 1024
     assert model["sha256"] == digest(big)

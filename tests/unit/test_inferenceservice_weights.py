@@ -236,3 +236,21 @@ def test_a_plain_http_source_without_a_digest_is_refused() -> None:
     with pytest.raises(SourceError, match="needs sha256"):
         parse_source("http://h/x.gguf")
     assert parse_source("http://h/x.gguf", DIGEST).kind is SourceKind.HTTP
+
+
+def test_a_private_ca_is_mounted_in_the_fetcher_only_and_named_by_ssl_cert_file() -> None:
+    obj = isvc("https://mirror.internal/x.gguf", model={"caBundle": {"name": "mirror-ca"}})
+    spec = pod_spec(obj)
+    (ca,) = [v for v in spec["volumes"] if v["name"] == "model-ca"]
+    assert ca["configMap"] == {"name": "mirror-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}
+    fetcher = spec["initContainers"][0]
+    env = {e["name"]: e.get("value") for e in fetcher["env"]}
+    assert env["SSL_CERT_FILE"] == "/var/lib/modelpool/ca/ca.crt"
+    assert {"name": "model-ca", "mountPath": "/var/lib/modelpool/ca", "readOnly": True} in (
+        fetcher["volumeMounts"]
+    )
+    server = spec["containers"][0]
+    assert "model-ca" not in {m["name"] for m in server["volumeMounts"]}
+    assert "SSL_CERT_FILE" not in {e["name"] for e in server.get("env", [])}
+    job = desired_fetch_job(obj, PLACEMENT, OWNER)
+    assert "model-ca" in {v["name"] for v in job["spec"]["template"]["spec"]["volumes"]}

@@ -73,6 +73,8 @@ HOST_PATH_PATTERN: Final = r"^(/[A-Za-z0-9._-]+)+/?$"
 HOST_PATH_MAX_LENGTH: Final = 1024
 #: The key of ``spec.model.tokenSecret`` when it names none.
 DEFAULT_TOKEN_KEY: Final = "token"
+#: The key of ``spec.model.caBundle`` when it names none.
+DEFAULT_CA_KEY: Final = "ca.crt"
 
 #: How a save or a restore ended (``status.kvCache.lastSave.outcome``, ``.lastRestore.outcome``).
 KV_SUCCEEDED: Final = "Succeeded"
@@ -115,6 +117,16 @@ class SecretKey(ApiObject):
 
 
 @dataclass(kw_only=True)
+class ConfigMapKey(ApiObject):
+    """One key of a ConfigMap of the namespace."""
+
+    name: str | None = subdomain_field("The ConfigMap's name.", required=True)
+    key: str | None = api_field(
+        "The key in it.", default=DEFAULT_CA_KEY, min_length=1, max_length=253
+    )
+
+
+@dataclass(kw_only=True)
 class ModelSource(ApiObject):
     """The model to serve: a name clients ask for, and where its weights come from."""
 
@@ -139,6 +151,10 @@ class ModelSource(ApiObject):
         "The weights' SHA-256, in lower-case hex: a download that does not match fails the "
         "InferenceService, naming both digests.",
         pattern=SHA256_PATTERN,
+    )
+    ca_bundle: ConfigMapKey | None = api_field(
+        "A ConfigMap key holding the PEM certificates the fetcher trusts (in place of the public "
+        "roots) for a server or Hub mirror under a private CA; given to the fetcher only."
     )
     token_secret: SecretKey | None = api_field(
         "A Secret key holding the token for the download (HF_TOKEN for hf://, a bearer token "

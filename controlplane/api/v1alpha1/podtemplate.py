@@ -29,7 +29,7 @@ DNS_1123_LABEL_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 #: What the API server accepts as an environment variable's name.
 ENV_NAME_PATTERN: Final = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 #: Volume names the operator gives its own volumes (the weights, the KV cache).
-RESERVED_VOLUMES: Final = ("model", "kv-cache")
+RESERVED_VOLUMES: Final = ("model", "model-ca", "fetch-scratch", "kv-cache")
 #: Where the operator mounts its own volumes: no mount of the user's may go there.
 RESERVED_MOUNT_ROOT: Final = "/var/lib/modelpool"
 

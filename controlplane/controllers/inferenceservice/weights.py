@@ -34,7 +34,7 @@ from typing import Any, Final
 import msgspec
 
 from controlplane.api.v1alpha1 import InferenceService
-from controlplane.api.v1alpha1.inferenceservice import DEFAULT_TOKEN_KEY
+from controlplane.api.v1alpha1.inferenceservice import DEFAULT_CA_KEY, DEFAULT_TOKEN_KEY
 from controlplane.api.v1alpha1.modelrouter import DEFAULT_PROXY_IMAGE
 from controlplane.api.v1alpha1.modelsource import ParsedSource, SourceKind
 from controlplane.controllers.children import MANAGED_BY, MANAGED_BY_LABEL
@@ -57,6 +57,10 @@ TOKEN_ENV: Final = "HF_TOKEN"
 #: The fetcher's scratch space (huggingface_hub's home); the root filesystem stays read-only.
 SCRATCH_VOLUME: Final = "fetch-scratch"
 SCRATCH_DIR: Final = "/tmp"
+#: ``spec.model.caBundle``'s volume, where it is mounted in the fetcher, and the file it is.
+CA_VOLUME: Final = "model-ca"
+CA_MOUNT_DIR: Final = "/var/lib/modelpool/ca"
+CA_FILE: Final = "ca.crt"
 _FETCHER_ENV: Final = (
     {"name": "HF_HOME", "value": f"{SCRATCH_DIR}/hf-home"},
     {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
@@ -127,7 +131,7 @@ def model_pod_parts(isvc: InferenceService, placement: WeightsPlacement) -> Mode
         )
     return ModelPodParts(
         f"{MODEL_MOUNT_DIR}/{source.file_in_cache}",
-        fetch_volumes(source, placement),
+        [*fetch_volumes(source, placement), *ca_volumes(isvc)],
         [{"name": MODEL_VOLUME, "mountPath": MODEL_MOUNT_DIR, "readOnly": True}],
         [fetch_container(isvc, placement)],
     )
@@ -140,6 +144,20 @@ def fetch_volumes(source: ParsedSource, placement: WeightsPlacement) -> list[dic
             "hostPath": {"path": cache_host_path(source, placement), "type": "DirectoryOrCreate"},
         },
         {"name": SCRATCH_VOLUME, "emptyDir": {}},
+    ]
+
+
+def ca_volumes(isvc: InferenceService) -> list[dict[str, Any]]:
+    """``spec.model.caBundle`` as a ConfigMap volume of one file, when given."""
+    model = isvc.spec.model
+    if model is None or model.ca_bundle is None:
+        return []
+    key = model.ca_bundle.key or DEFAULT_CA_KEY
+    return [
+        {
+            "name": CA_VOLUME,
+            "configMap": {"name": model.ca_bundle.name, "items": [{"key": key, "path": CA_FILE}]},
+        }
     ]
 
 
@@ -164,6 +182,13 @@ def fetch_container(isvc: InferenceService, placement: WeightsPlacement) -> dict
         *({"name": name, "value": value} for name, value in placement.fetch_env),
         *_user_env(isvc),
     ]
+    mounts: list[dict[str, Any]] = [
+        {"name": MODEL_VOLUME, "mountPath": MODEL_MOUNT_DIR},
+        {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR},
+    ]
+    if model.ca_bundle is not None:
+        env.append({"name": "SSL_CERT_FILE", "value": f"{CA_MOUNT_DIR}/{CA_FILE}"})
+        mounts.append({"name": CA_VOLUME, "mountPath": CA_MOUNT_DIR, "readOnly": True})
     if model.token_secret is not None:
         env.append(
             {
@@ -181,10 +206,7 @@ def fetch_container(isvc: InferenceService, placement: WeightsPlacement) -> dict
         "image": placement.fetch_image,
         "args": fetch_args(isvc),
         "env": env,
-        "volumeMounts": [
-            {"name": MODEL_VOLUME, "mountPath": MODEL_MOUNT_DIR},
-            {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR},
-        ],
+        "volumeMounts": mounts,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": {
             "runAsUser": 0,
@@ -267,7 +289,7 @@ def desired_fetch_job(
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [fetch_container(isvc, placement)],
-        "volumes": fetch_volumes(source, placement),
+        "volumes": [*fetch_volumes(source, placement), *ca_volumes(isvc)],
         "automountServiceAccountToken": False,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         **placement_fields(isvc),
