@@ -30,12 +30,15 @@ from controlplane.envtest.process import ManagedProcess, ensure_port_free, free_
 ETCD_START_TIMEOUT = 30.0
 APISERVER_START_TIMEOUT = 90.0
 CONTROLLER_MANAGER_START_TIMEOUT = 60.0
-#: The controllers that make namespaces, ownerReferences, ServiceAccounts and aggregated roles work.
+#: The controllers that make namespaces, ownerReferences, ServiceAccounts and aggregated roles work,
+#: and Jobs (the operator's model prefetch): the job-controller makes a Job's pods and reads their
+#: ends; the node stand-in (``controlplane sim-node``) binds and runs them.
 CONTROLLER_MANAGER_CONTROLLERS = (
     "namespace-controller",
     "garbage-collector-controller",
     "serviceaccount-controller",
     "clusterrole-aggregation-controller",
+    "job-controller",
 )
 ADMIN_USER = "admin"
 ADMIN_GROUPS = ("system:masters",)
@@ -205,6 +208,10 @@ class ControlPlane:
                 "--profiling=false",
                 # A loopback address is not a valid endpoint for the `kubernetes` Service.
                 "--endpoint-reconciler-type=none",
+                # Logs and exec are proxied to a node's kubelet at its InternalIP first: the node
+                # stand-in's is 127.0.0.1, and its Hostname (the node's name) resolves nowhere.
+                "--kubelet-preferred-address-types=InternalIP,Hostname,InternalDNS,ExternalDNS,"
+                "ExternalIP",
                 *self.extra_apiserver_args,
             ],
         )

@@ -4,20 +4,31 @@
 Deployments (labels, template hash, the server's arguments); most of its lines are tables of what a
 kubelet and the built-in controllers write.
 
-No I/O here: a pod for a Deployment (:func:`new_pod`), the status a kubelet reports for it
-(:func:`pod_status`), the status a deployment controller writes (:func:`deployment_status`), the
-EndpointSlices an endpoint controller writes (:func:`endpoint_slices`), and the command lines of
-the processes that play a pod's container (:func:`server_args` for a simulator playing a member,
-:func:`llama_server_argv` for a real llama-server, :func:`proxy_argv` for a router-proxy).
+No I/O here: a pod for a Deployment (:func:`new_pod`), the status a deployment controller writes
+(:func:`deployment_status`), the EndpointSlices an endpoint controller writes
+(:func:`endpoint_slices`), and the command lines of the processes that play a pod's server
+container (:func:`server_args` for a simulator playing a member, :func:`llama_server_argv` for a
+real llama-server, :func:`proxy_argv` for a router-proxy). What a kubelet writes of a pod (its
+phase, conditions, container statuses) is :mod:`controlplane.standin.podstatus`'s, re-exported
+here (:func:`pod_status`, :func:`pod_status_summary`, :func:`is_pod_ready`); what it does before a
+server starts has modules of its own, each pure but for a few file operations: the pod's volumes
+and the arguments pointed at them (:mod:`~controlplane.standin.volumes`), a container's
+environment (:mod:`~controlplane.standin.containerenv`), which other containers can run
+(:mod:`~controlplane.standin.entrypoints`), a container's record across restarts
+(:mod:`~controlplane.standin.containers`), its end and termination message
+(:mod:`~controlplane.standin.termination`), its log (:mod:`~controlplane.standin.logfiles`), and
+the Node and whether a pod fits it (:mod:`~controlplane.standin.node`).
 :mod:`controlplane.standin.controller` does the reading and writing; its tests live on these
 functions.
 
 Which Deployments are played (:func:`pod_role`): the operator's (labelled
 ``app.kubernetes.io/managed-by=modelpool-operator``) that are either a **member** (labelled
 ``inference.modelpool.dev/inferenceservice``: one simulator or real llama-server, at most one
-pod) or a **router-proxy** (labelled ``inference.modelpool.dev/modelrouter``: ``spec.replicas``
-pods, each a ``controlplane router-proxy`` process). The labels are the operator's, repeated here:
-the stand-in knows nothing of the controllers.
+pod, after its init containers) or a **router-proxy** (labelled
+``inference.modelpool.dev/modelrouter``: ``spec.replicas`` pods, each a ``controlplane
+router-proxy`` process). The operator's pods that no Deployment owns (a Job's) are played by
+:mod:`controlplane.standin.jobs`. The labels are the operator's, repeated here: the stand-in
+knows nothing of the controllers.
 """
 
 from __future__ import annotations
@@ -27,7 +38,6 @@ import hashlib
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -35,6 +45,29 @@ import msgspec
 
 from controlplane.runtime.endpoints import LOCALHOST_DOMAIN, LOOPBACK
 from controlplane.runtime.objects import Object
+from controlplane.standin.podstatus import (
+    KUBELET_CONDITIONS,
+    is_pod_ready,
+    now,
+    pod_status,
+    pod_status_summary,
+    readiness_gates,
+)
+from controlplane.standin.podstatus import (
+    condition as _condition,
+)
+from controlplane.standin.volumes import Mount, local_path
+
+# The pod statuses a kubelet writes were here; they are podstatus's now, and still importable
+# from here (the controller and its tests read them with the rest).
+__all__ = [
+    "KUBELET_CONDITIONS",
+    "is_pod_ready",
+    "now",
+    "pod_status",
+    "pod_status_summary",
+    "readiness_gates",
+]
 
 NODE_NAME: Final = "modelpool-sim-node"
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
@@ -53,15 +86,6 @@ RESTORE_DELAY_ARG: Final = "--sim-slot-restore-seconds"
 SLOT_SAVE_PATH_ARG: Final = "--slot-save-path"
 #: Arguments only the stand-in understands: a real llama-server must not be given them.
 STANDIN_ONLY_ARGS: Final = (LOAD_SECONDS_ARG, RESTORE_DELAY_ARG)
-#: The conditions a kubelet owns on a pod; any other (a readiness gate's) is someone else's and
-#: is kept as it is.
-KUBELET_CONDITIONS: Final = (
-    "PodReadyToStartContainers",
-    "Initialized",
-    "Ready",
-    "ContainersReady",
-    "PodScheduled",
-)
 POD_TEMPLATE_HASH_LABEL: Final = "pod-template-hash"
 SERVICE_NAME_LABEL: Final = "kubernetes.io/service-name"
 SLICE_MANAGED_BY_LABEL: Final = "endpointslice.kubernetes.io/managed-by"
@@ -95,10 +119,6 @@ def pod_role(deployment: Mapping[str, Any]) -> PodRole | None:
 def max_replicas(role: PodRole) -> int | None:
     """A member is capped at one pod (one simulated GPU); proxies are not capped."""
     return MEMBER_MAX_REPLICAS if role is PodRole.MEMBER else None
-
-
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def template_hash(deployment: Mapping[str, Any]) -> str:
@@ -175,26 +195,21 @@ def server_args(container: Mapping[str, Any], fallback_name: str) -> ServerArgs:
 
 def host_folder(pod_spec: Mapping[str, Any], container: Mapping[str, Any], path: str,
                 host_root: Path, scratch: Path) -> Path:  # fmt: skip
-    """Where the container's ``path`` is on this machine: under a hostPath volume mounted at a
-    prefix of it (the deepest mount wins), ``host_root/HOSTPATH/REST`` (the node's disk, which
-    outlives the pod); anywhere else, ``scratch/PATH`` (the container's own filesystem or another
-    kind of volume, gone with the pod)."""
-    volumes = {
-        v.get("name"): (v.get("hostPath") or {}).get("path") for v in pod_spec.get("volumes") or ()
-    }
-    best: tuple[str, str | None] | None = None  # the deepest mount holding path, and its hostPath
+    """Where the container's ``path`` is on this machine, counting hostPath volumes only: under
+    one mounted at a prefix of it (the deepest mount wins), ``host_root/HOSTPATH/REST`` (the
+    node's disk, which outlives the pod); anywhere else, ``scratch/PATH``. The stand-in itself
+    maps every kind of volume (:func:`controlplane.standin.volumes.container_mounts`)."""
+    volumes = {v.get("name"): v for v in pod_spec.get("volumes") or ()}
+    mounts = []
     for mount in container.get("volumeMounts") or ():
-        mounted = str(mount.get("mountPath") or "").rstrip("/")
-        if not (path == mounted or path.startswith(mounted + "/")):
-            continue
-        if best is None or len(mounted) > len(best[0]):
-            best = (mounted, volumes.get(mount.get("name")))
-    if best is None or not best[1]:
-        return scratch / path.lstrip("/")
-    mounted, source = best[0], str(best[1])
-    rest = path[len(mounted) :].lstrip("/")
-    folder = host_root / source.lstrip("/")
-    return folder / rest if rest else folder
+        mounted = "/" + str(mount.get("mountPath") or "").strip("/")
+        host = (volumes.get(mount.get("name")) or {}).get("hostPath")
+        local = host_root / str(host.get("path") or "").lstrip("/") if host else None
+        mounts.append(Mount(mounted, local or scratch / mounted.lstrip("/")))
+    mounts.sort(key=lambda m: len(m.mount_path), reverse=True)
+    found = local_path(mounts, path, scratch)
+    assert found is not None  # given a scratch folder, every path has a place
+    return found
 
 
 def with_slot_save_path(args: Sequence[str], folder: Path) -> list[str]:
@@ -215,23 +230,6 @@ def with_slot_save_path(args: Sequence[str], folder: Path) -> list[str]:
         else:
             out.append(arg)
     return out
-
-
-def readiness_gates(pod: Mapping[str, Any]) -> tuple[bool, str]:
-    """Whether every readiness gate's condition is True, and if not, a kubelet's message."""
-    conditions = {
-        c.get("type"): c.get("status") for c in (pod.get("status") or {}).get("conditions") or ()
-    }
-    for gate in (pod.get("spec") or {}).get("readinessGates") or ():
-        wanted = gate.get("conditionType")
-        if conditions.get(wanted) is None:
-            return (
-                False,
-                f'corresponding condition of pod readiness gate "{wanted}" does not exist.',
-            )
-        if conditions.get(wanted) != "True":
-            return False, f'the status of pod readiness gate "{wanted}" is not "True"'
-    return True, ""
 
 
 #: The flags whose values the stand-in chooses for a real llama-server (it listens on loopback).
@@ -304,87 +302,6 @@ def new_pod(deployment: Mapping[str, Any], hash_: str, suffix: str) -> Object:
         pod_meta["annotations"] = dict(template_meta["annotations"])
     spec = {**(template.get("spec") or {}), "nodeName": NODE_NAME}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
-
-
-def _condition(
-    existing: Sequence[Mapping[str, Any]], type_: str, status: bool, **extra: str
-) -> Object:
-    """A condition that keeps its ``lastTransitionTime`` unless its status flips."""
-    value = "True" if status else "False"
-    old = next((c for c in existing if c.get("type") == type_), None)
-    stamp = old.get("lastTransitionTime") if old and old.get("status") == value else None
-    return {"type": type_, "status": value, "lastTransitionTime": stamp or now(), **extra}
-
-
-def pod_status(
-    pod: Mapping[str, Any],
-    *,
-    ip: str,
-    ready: bool,
-    restarts: int,
-    started_at: str,
-    container_id: str,
-) -> Object:
-    """The status a kubelet reports for a pod whose (simulated) containers run: ``ready`` is the
-    containers' readiness; the pod is Ready only when they are and every readiness gate's
-    condition is True. Conditions the kubelet does not own (a gate's) are kept as they are."""
-    current: Object = dict(pod.get("status") or {})
-    conditions = current.get("conditions") or []
-    containers = (pod.get("spec") or {}).get("containers") or []
-    gates_ready, why = readiness_gates(pod)
-    pod_ready = ready and gates_ready
-    not_ready = (
-        {} if pod_ready or not ready else {"reason": "ReadinessGatesNotReady", "message": why}
-    )
-    others = [c for c in conditions if c.get("type") not in KUBELET_CONDITIONS]
-    status = dict(current)
-    status.update(
-        phase="Running",
-        hostIP=ip,
-        hostIPs=[{"ip": ip}],
-        podIP=ip,
-        podIPs=[{"ip": ip}],
-        startTime=current.get("startTime") or started_at,
-        conditions=[
-            _condition(conditions, "PodReadyToStartContainers", True),
-            _condition(conditions, "Initialized", True),
-            _condition(conditions, "Ready", pod_ready, **not_ready),
-            _condition(conditions, "ContainersReady", ready),
-            _condition(conditions, "PodScheduled", True),
-            *others,
-        ],
-        containerStatuses=[
-            {
-                "name": container["name"],
-                "image": container.get("image", ""),
-                "imageID": f"sim://{container.get('image', '')}",
-                "containerID": container_id,
-                "ready": ready,
-                "started": True,
-                "restartCount": restarts,
-                "state": {"running": {"startedAt": started_at}},
-            }
-            for container in containers
-        ],
-    )
-    return status
-
-
-def pod_status_summary(status: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What a pod status write would change; the rest (timestamps) follows from it."""
-    conditions = tuple(
-        sorted((c.get("type"), c.get("status")) for c in status.get("conditions") or ())
-    )
-    containers = tuple(
-        (c.get("name"), c.get("ready"), c.get("restartCount"), c.get("containerID"))
-        for c in status.get("containerStatuses") or ()
-    )
-    return (status.get("phase"), status.get("podIP"), conditions, containers)
-
-
-def is_pod_ready(pod: Mapping[str, Any]) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or ()
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 _STATUS_COUNTS: Final = (

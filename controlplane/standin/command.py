@@ -40,7 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="how often a running simulator is re-checked (the kubelet's sync loop)",
     )
     parser.add_argument(
-        "--log-dir", type=Path, default=None, help="pod process logs (default: a temporary folder)"
+        "--log-dir",
+        type=Path,
+        default=None,
+        help="container logs, the node's disk for hostPath volumes (hostpath/) and the claims' "
+        "folders (pvc/NAMESPACE/CLAIM) (default: a temporary folder)",
     )
     parser.add_argument(
         "--router-proxies",
@@ -85,7 +89,8 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Play the node for member (and router-proxy) Deployments: pods, statuses, EndpointSlices."""
+    """Play the node for member (and router-proxy) Deployments and Job pods: pods, statuses,
+    EndpointSlices, logs."""
     from controlplane.runtime.config import ClientConfig
     from controlplane.standin.controller import run_node
 

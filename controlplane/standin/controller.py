@@ -1,20 +1,20 @@
-"""The node stand-in: plays kubelet, ReplicaSet, endpoint controllers and kube-proxy locally.
+"""The node stand-in: plays kubelet, scheduler, ReplicaSet, endpoint controllers and kube-proxy.
 
 *Why one module of this size:* a third of it is this account of which built-in component it plays
-and how; the reconciler itself is the rest.
+and how; the reconciler itself is the rest (the pieces it drives are modules of their own).
 
 The local control plane has no kubelet, no scheduler, no kube-proxy and no deployment, ReplicaSet
-or endpoint controllers, so a member or router-proxy Deployment would never get a pod. This
-process plays all of them for the operator's Deployments (in every namespace, or one; which ones
-and what their pods run: :func:`controlplane.standin.builders.pod_role`):
+or endpoint controllers, so a member or router-proxy Deployment would never get a pod, nor a
+Job's pod a node. This process plays all of them for the operator's objects (in every namespace,
+or one; which Deployments and what their pods run: :func:`controlplane.standin.builders.pod_role`):
 
 * **member** Deployments (``inference.modelpool.dev/inferenceservice``): a simulator process
-  (``controlplane sim``) as the pod's container, or the real llama.cpp ``llama-server`` when the
-  stand-in was given one (:attr:`NodeSettings.llama_server`, ``sim-node --llama-server PATH``)
-  and the member's ``--model`` is a GGUF file on this machine: then the container's arguments
-  are passed through (``spec.args`` included) with ``--host``/``--port`` rewritten to a loopback
-  port the stand-in chooses and ``--threads 1`` unless given
-  (:func:`~controlplane.standin.builders.llama_server_argv`);
+  (``controlplane sim``) as the pod's server container, or the real llama.cpp ``llama-server``
+  when the stand-in was given one (:attr:`NodeSettings.llama_server`, ``sim-node --llama-server
+  PATH``) and the member's ``--model``, where it is on this machine, is a GGUF file: then the
+  container's arguments are passed through (``spec.args`` included) with ``--host``/``--port``
+  rewritten to a loopback port the stand-in chooses and ``--threads 1`` unless given
+  (:mod:`controlplane.standin.servers`);
 * **router-proxy** Deployments (``inference.modelpool.dev/modelrouter``), when
   :attr:`NodeSettings.router_proxies` is on (``sim-node --router-proxies``; ``make dev`` and
   ``make demo`` turn it on, e2e tests that run their own proxies leave it off):
@@ -22,11 +22,22 @@ and what their pods run: :func:`controlplane.standin.builders.pod_role`):
   arguments, authenticated as the pod's ``serviceAccountName`` by a TokenRequest token the
   stand-in mints as the admin (a kubelet mounts one the same way), on a free loopback port.
   Each router Service gets one stable local address (:mod:`controlplane.standin.forwarder`),
-  logged as ``router NS/NAME answers at http://127.0.0.1:PORT``.
+  logged as ``router NS/NAME answers at http://127.0.0.1:PORT``;
+* **pods of other owners** labelled as the operator's (a Job's: the model prefetch, made by
+  kube-controller-manager's ``job-controller``): scheduled to the node through ``pods/binding``
+  when their ``nodeSelector`` and node affinity fit, and run to completion, by a second
+  controller (:mod:`controlplane.standin.jobs`).
 
 In kind or a real cluster the stand-in is not used: real kubelets run the images and the built-in
 controllers write everything below. The pure parts (pods, statuses, slices, command lines) are in
-:mod:`controlplane.standin.builders`; this module reads and writes.
+:mod:`controlplane.standin.builders` and the modules it names; this module reads and writes.
+
+**The node.** At start the stand-in registers the Node :data:`NODE_NAME`
+(:mod:`controlplane.standin.node`: hostname and OS labels, ``InternalIP`` 127.0.0.1, Ready) with
+its kubelet endpoint, an HTTPS server on loopback (:mod:`controlplane.standin.kubeletapi`) that
+serves each container's log, so ``kubectl logs`` and ``GET pods/NAME/log`` answer through the
+API server as on a real node. Each container writes its own log file
+(:mod:`controlplane.standin.logfiles`; the server's is ``LOG_DIR/NAMESPACE_POD.log`` as always).
 
 Per Deployment (one reconcile per Deployment key, level-triggered from Deployment, Pod, Service
 and EndpointSlice watches):
@@ -38,29 +49,42 @@ and EndpointSlice watches):
   Deployment is left, Terminating ones included: two servers of one model never overlap on the
   GPU. Router-proxies: ``spec.replicas`` pods, a new one created while fewer live pods exist
   (Terminating ones not counted). Pods are owned by the Deployment itself (``controller:
-  true``), not by a ReplicaSet.
-* **kubelet**, for pods bound to :data:`NODE_NAME`. A pod gets a simulator started with the served
-  name (``--alias``), slots (``--parallel``) and context (``--ctx-size``) read from the container's
-  llama-server arguments; its status (via the status subresource) turns Running, with ``podIP``
-  127.0.0.1, once the simulator listens, and Ready once its ``/health`` answers 200. The model
-  load takes :attr:`NodeSettings.load_seconds`, unless the arguments carry
-  ``--sim-load-seconds N`` (:data:`LOAD_SECONDS_ARG`): an InferenceService's ``spec.args`` can
-  give one member a slow load (a stand-in flag only; a real llama-server would refuse it). The
-  simulator's environment names its pod and member (``MODELPOOL_POD``, ``MODELPOOL_MEMBER``, see
+  true``), not by a ReplicaSet, and are created bound to the node.
+* **kubelet**, for pods bound to :data:`NODE_NAME` (:mod:`controlplane.standin.runner` steps them).
+  First the pod's **volumes** (:mod:`controlplane.standin.volumes`): a hostPath ``/P`` is the
+  folder ``host_root/P`` of the node's disk (:attr:`NodeSettings.host_root`, ``LOG_DIR/hostpath``;
+  created for ``DirectoryOrCreate``, and a ``type: File`` that is missing keeps the pod from
+  starting), a ``persistentVolumeClaim`` CLAIM is ``LOG_DIR/pvc/NAMESPACE/CLAIM``, an emptyDir a
+  folder of the pod; any container argument under a volume's mount path is rewritten to the
+  volume's folder (the server's ``--model``, the fetcher's ``--dest``, the KV cache's
+  ``--slot-save-path``; a ``--slot-save-path`` under no volume is a scratch folder of the pod, gone
+  with it). Then the **init containers**, one at a time in order, each a project subcommand
+  (``fetch-model``: :mod:`controlplane.standin.entrypoints`) run to its end; a failing one is
+  restarted with a crash-loop back-off (:mod:`controlplane.standin.containers`) and the server
+  waits; ``initContainerStatuses`` and the ``Initialized`` condition say where the pod is (Pending,
+  not Ready). Each container's **environment** is resolved as a kubelet does (``value``, Secret and
+  ConfigMap keys, ``envFrom``, field refs, ``$(VAR)``: :mod:`controlplane.standin.containerenv`).
+  Then the **server**: its simulator is started with the served name (``--alias``), slots
+  (``--parallel``) and context (``--ctx-size``) read from the container's llama-server arguments;
+  its status (via the status subresource) turns Running, with ``podIP`` 127.0.0.1, once the
+  simulator listens, and Ready once its ``/health`` answers 200. A member whose ``--model`` lies
+  under a volume and is not there "exits 1" at once with llama-server's message in its log, as
+  llama-server does, and is restarted with back-off (``restartCount`` grows, ``CrashLoopBackOff``):
+  a pod started before its weights are there visibly crashes. The model load takes
+  :attr:`NodeSettings.load_seconds`, unless the arguments carry ``--sim-load-seconds N``
+  (:data:`LOAD_SECONDS_ARG`): an InferenceService's ``spec.args`` can give one member a slow load
+  (a stand-in flag only; a real llama-server would refuse it). The simulator's environment names
+  its pod and member (``MODELPOOL_POD``, ``MODELPOOL_MEMBER``, see
   :func:`controlplane.standin.process.identity_env`), so a test can tell from ``/proc`` alone which
-  member's server is running. **Readiness gates** are honoured as a kubelet does: the pod is
-  Ready only when its container is ready *and* every ``spec.readinessGates`` condition is True
-  (otherwise Ready is False with reason ``ReadinessGatesNotReady``), and conditions the kubelet
-  does not own are kept as they are on every status write. **hostPath volumes** are folders of
-  the node's disk, :attr:`NodeSettings.host_root` (``LOG_DIR/hostpath``): a volume ``/P`` is
-  ``host_root/P`` (created for ``DirectoryOrCreate``), and a ``--slot-save-path`` under a
-  mounted hostPath is rewritten to that folder (anywhere else, to a scratch folder of the pod,
-  gone with it); ``--sim-slot-restore-seconds N`` (:data:`RESTORE_DELAY_ARG`) makes the
-  simulator's slot restores hang N seconds first. A
-  simulator that dies is restarted (``restartCount`` grows). Deleting a pod bound to a node only
-  marks it (``deletionTimestamp``: it is Terminating); the stand-in then sends SIGTERM, waits for
-  the process to exit, and only then deletes the pod with ``gracePeriodSeconds: 0``. So Terminating
-  pods really exist for as long as the server takes to stop, as on a real node.
+  member's server is running. **Readiness gates** are honoured as a kubelet does: the pod is Ready
+  only when its container is ready *and* every ``spec.readinessGates`` condition is True (otherwise
+  Ready is False with reason ``ReadinessGatesNotReady``), and conditions the kubelet does not own
+  are kept as they are on every status write. ``--sim-slot-restore-seconds N``
+  (:data:`RESTORE_DELAY_ARG`) makes the simulator's slot restores hang N seconds first. A server
+  that dies is restarted (the first time at once, then with back-off). Deleting a pod bound to a
+  node only marks it (``deletionTimestamp``: it is Terminating); the stand-in then sends SIGTERM,
+  waits for the processes to exit, and only then deletes the pod with ``gracePeriodSeconds: 0``. So
+  Terminating pods really exist for as long as the server takes to stop, as on a real node.
 * **endpoint controller.** One EndpointSlice per Service selecting the Deployment's pods, named
   ``SERVICE-sim``, labelled ``kubernetes.io/service-name``, owned by the Service, with
   ``conditions.ready`` true once ``/health`` (a proxy: ``/readyz``) answers 200. Its port is the
@@ -79,11 +103,14 @@ and EndpointSlice watches):
   ``unavailableReplicas`` and the ``Available`` and ``Progressing`` conditions, written through
   the status subresource only when it changes. ``ProgressDeadlineExceeded`` is never reported.
 
-A running process is re-checked every :attr:`NodeSettings.resync_seconds` (the kubelet's sync
-loop); a starting one every :attr:`NodeSettings.starting_poll_seconds`. Every process is a child
-that dies with the stand-in (``PR_SET_PDEATHSIG``); SIGTERM stops them all cleanly and, by
-default, deletes the pods they backed (the node leaves and takes its pods along), so namespaces
-of finished tests can be deleted.
+A ready server is re-checked every :attr:`NodeSettings.resync_seconds` (the kubelet's sync
+loop); a starting one, a crash-looping one, and a pod whose init containers (or Job containers)
+run, every :attr:`NodeSettings.starting_poll_seconds`. Every process is a child that dies with the
+stand-in (``PR_SET_PDEATHSIG``), and a stand-in started later takes over the pods it finds bound
+to the node (their containers are reported lost and ``restartPolicy`` decides, as a kubelet
+reports containers that vanished). SIGTERM stops them all cleanly and, by default, deletes the
+pods they backed (the node leaves and takes its pods along; a Job's are reported Failed first),
+so namespaces of finished tests can be deleted. The Node object stays.
 
 The stand-in is a development tool run as the cluster admin: its permissions are not part of the
 operator's RBAC.
@@ -94,10 +121,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-import socket
+import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 import anyio
@@ -116,7 +141,6 @@ from controlplane.runtime.objects import Object
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, PODS, SERVICES
 from controlplane.standin.builders import (
     MANAGED_SELECTOR,
-    MEMBER_LABEL,
     NODE_NAME,
     POD_TEMPLATE_HASH_LABEL,
     ROUTER_LABEL,
@@ -130,39 +154,28 @@ from controlplane.standin.builders import (
     deployment_status_summary,
     desired_replicas,
     endpoint_slices,
-    host_folder,
     is_pod_ready,
     is_terminating,
-    llama_server_argv,
     loopback_name,
     max_replicas,
     model_source,
     new_pod,
-    now,
-    pod_env,
     pod_role,
-    pod_status,
     pod_status_summary,
-    proxy_argv,
     selects,
-    server_args,
-    service_account_of,
     template_hash,
-    with_slot_save_path,
 )
+from controlplane.standin.containerenv import EnvError, expand_args
+from controlplane.standin.entrypoints import missing_model
 from controlplane.standin.forwarder import ServiceForwarder
-from controlplane.standin.process import (
-    LlamaServerProcess,
-    PodProcess,
-    ProxyProcess,
-    SimulatorProcess,
-    SimulatorStartError,
-    identity_env,
-    is_gguf,
-    simulator_argv,
-)
+from controlplane.standin.jobs import JobPods
+from controlplane.standin.kubeletapi import KubeletApi, LogTarget, UnknownContainer
+from controlplane.standin.logfiles import container_log_path, container_names
+from controlplane.standin.node import keep_registering
+from controlplane.standin.process import ExitedProcess, PodProcess
+from controlplane.standin.runner import CONFIG_ERROR, PodContainers
+from controlplane.standin.servers import ServerLauncher
 from controlplane.standin.settings import NodeSettings
-from controlplane.standin.tokens import service_account_token, write_token_kubeconfig
 
 log = logging.getLogger(__name__)
 
@@ -173,15 +186,6 @@ HEALTH_TIMEOUT_SECONDS: Final = 1.0
 EXIT_CLEANUP_SECONDS: Final = 15.0
 #: What the stand-in logs when a router Service gets its local address (``make dev`` relays it).
 ROUTER_ADDRESS_LOG: Final = "router %s/%s answers at %s"
-
-
-@dataclass
-class _Running:
-    """A pod's process and what its status reports."""
-
-    process: PodProcess
-    started_at: str
-    restarts: int
 
 
 class NodeStandIn:
@@ -209,7 +213,11 @@ class NodeStandIn:
         controller.watches(self.services, self._service_to_deployments)
         controller.watches(self.slices, self._slice_to_deployments)
         manager.add(self)
-        self._running: dict[str, _Running] = {}  # by pod uid
+        #: The pods of other owners (a Job's): a controller of their own, on the same informer.
+        self.jobs = JobPods(manager, settings, self.pods)
+        self.kubelet = KubeletApi(self._locate, settings.log_dir / "kubelet")
+        self.servers = ServerLauncher(settings, self.client, self.config)
+        self._runs: dict[str, PodContainers] = {}  # by pod uid
         self._pod_keys: dict[str, tuple[str, str]] = {}  # pod uid -> (namespace, name)
         self._applied_slices: dict[str, bytes] = {}
         self._forwarders: dict[str, ServiceForwarder] = {}  # by Service key
@@ -289,10 +297,9 @@ class NodeStandIn:
         backends: list[Backend] = []
         for index, pod in enumerate(live):
             live[index], ready = await self._run_pod(pod, role)
-            running = self._running.get(pod["metadata"]["uid"])
-            if running is not None:
+            if (process := self._server_process(pod)) is not None:
                 address = loopback_name(live[index])
-                backends.append(Backend(live[index], address, running.process.port, ready))
+                backends.append(Backend(live[index], address, process.port, ready))
             delay = self.settings.resync_seconds if ready else self.settings.starting_poll_seconds
             requeue = delay if requeue is None else min(requeue, delay)
 
@@ -335,32 +342,34 @@ class NodeStandIn:
 
     # -- kubelet -------------------------------------------------------------------------------
 
+    def _server_process(self, pod: Mapping[str, Any]) -> PodProcess | None:
+        run = self._runs.get(pod["metadata"]["uid"])
+        server = run.containers[0] if run is not None and run.containers else None
+        return server.process if server is not None else None
+
     async def _run_pod(self, pod: Object, role: PodRole) -> tuple[Object, bool]:
-        """Make sure the pod's process runs; report its status. Returns the pod and readiness."""
+        """Run the pod's init containers, then its server; report its status. Returns the pod
+        and readiness."""
         meta = pod["metadata"]
         uid = meta["uid"]
-        running = self._running.get(uid)
-        if running is None or not running.process.running():
-            restarts = _restart_count(pod)
-            if running is not None or (pod.get("status") or {}).get("phase") == "Running":
-                restarts += 1  # the container died, or ran under a stand-in that is gone
-                log.warning("%s/%s: %s not running; restarting", *_key(meta), role.value)
-            if role is PodRole.MEMBER:
-                process: PodProcess = await self._start_member(pod)
-            else:
-                process = await self._start_proxy(pod)
-            running = _Running(process, now(), restarts)
-            self._running[uid] = running
+        run = self._runs.get(uid)
+        if run is None:
+            run = self._runs[uid] = PodContainers(pod, self.settings, self.client)
             self._pod_keys[uid] = (meta["namespace"], meta["name"])
-        healthy = await self._healthy(running.process)
-        status = pod_status(
-            pod,
-            ip=LOOPBACK,
-            ready=healthy,
-            restarts=running.restarts,
-            started_at=running.started_at,
-            container_id=f"sim://{running.process.pid}",
-        )
+            if lost := run.adopt(pod):  # a stand-in that is gone ran it: its processes went too
+                log.warning("%s/%s: %s not running; restarting", *_key(meta), ", ".join(lost))
+        server = run.containers[0]
+        if await run.step_init(pod):
+            spec = ((pod.get("spec") or {}).get("containers") or [{}])[0]
+            if run.reap(pod, spec, server, init=False):
+                log.warning("%s/%s: %s not running; restarting", *_key(meta), role.value)
+            if server.may_start(time.monotonic()):
+                await self._start_server(pod, role, run, spec)
+        process = server.process
+        healthy = process is not None and process.running() and await self._healthy(process)
+        server.mark_ready(healthy)
+        status = run.status(pod, LOOPBACK)
+        status["containerStatuses"] = _mirrored(status["containerStatuses"])
         if pod_status_summary(status) != pod_status_summary(pod.get("status") or {}):
             try:
                 pod = await self.client.update_status(PODS, {**pod, "status": status})
@@ -369,101 +378,50 @@ class NodeStandIn:
         # Ready as the endpoint controller reads it: the pod's condition, readiness gates included.
         return pod, is_pod_ready({"status": status})
 
-    async def _start_member(self, pod: Mapping[str, Any]) -> PodProcess:
-        """The real llama-server when the stand-in has one and the member's model is a GGUF
-        file here; a simulator otherwise."""
-        containers = (pod.get("spec") or {}).get("containers") or [{}]
-        source = model_source(containers[0])
-        binary = self.settings.llama_server
-        if binary is not None and source and await anyio.to_thread.run_sync(is_gguf, source):
-            return await self._start_llama_server(pod, binary)
-        return await self._start_simulator(pod)
-
-    async def _start_llama_server(self, pod: Mapping[str, Any], binary: Path) -> PodProcess:
-        meta = pod["metadata"]
-        containers = (pod.get("spec") or {}).get("containers") or [{}]
-        port = _free_port()
-        member = (meta.get("labels") or {}).get(MEMBER_LABEL, "")
-        argv = llama_server_argv(binary, containers[0], port=port)
-        save_path = server_args(containers[0], meta["name"]).slot_save_path
-        if save_path:  # the pod's folder on this machine, as for a simulator
-            argv = with_slot_save_path(argv, self._host_folder(pod, containers[0], save_path))
-        process = LlamaServerProcess(
-            argv,
-            self.settings.log_dir / f"{meta['namespace']}_{meta['name']}.log",
-            port,
-            env=identity_env(meta["namespace"], meta["name"], member),
-        )
-        url = await process.start()
-        log.info("pod %s/%s: llama-server for %s on %s", meta["namespace"], meta["name"],
-                 model_source(containers[0]), url)  # fmt: skip
-        return process
-
-    async def _start_simulator(self, pod: Mapping[str, Any]) -> SimulatorProcess:
-        meta = pod["metadata"]
-        containers = (pod.get("spec") or {}).get("containers") or [{}]
-        args = server_args(containers[0], meta["name"])
-        load_seconds = args.load_seconds
-        if load_seconds is None:
-            load_seconds = self.settings.load_seconds
-        save_path = None
-        if args.slot_save_path:
-            save_path = self._host_folder(pod, containers[0], args.slot_save_path)
-        argv = simulator_argv(
-            args.model_name,
-            host=LOOPBACK,
-            load_seconds=load_seconds,
-            token_seconds=self.settings.token_seconds,
-            slots=args.slots,
-            ctx_size=args.ctx_size,
-            slot_save_path=save_path,
-            slot_restore_delay=args.restore_delay_seconds,
-        )
-        member = (meta.get("labels") or {}).get(MEMBER_LABEL, "")
-        process = SimulatorProcess(
-            argv,
-            self.settings.log_dir / f"{meta['namespace']}_{meta['name']}.log",
-            env=identity_env(meta["namespace"], meta["name"], member),
-        )
+    async def _start_server(
+        self, pod: Object, role: PodRole, run: PodContainers, spec: Mapping[str, Any]
+    ) -> None:
+        """Start the server container with its environment and volumes; a member whose model
+        should be under a volume and is not there crashes as llama-server does."""
+        server = run.containers[0]
         try:
-            url = await process.start()
-        except SimulatorStartError as err:
-            raise RuntimeError(f"pod {meta['namespace']}/{meta['name']}: simulator: {err}") from err
-        log.info("pod %s/%s: simulator for %s on %s", meta["namespace"], meta["name"],
-                 args.model_name, url)  # fmt: skip
-        return process
+            env = await run.env(pod, spec)
+        except EnvError as err:
+            server.wait(CONFIG_ERROR, str(err))
+            return
+        container = {**spec, "args": expand_args(spec.get("args") or (), env)}
+        mounts = run.mounts(pod, container)
+        if role is PodRole.MEMBER:
+            crash = missing_model(model_source(container), mounts)
+            if crash is not None:
+                log_path = container_log_path(self.settings.log_dir, pod, server.name)
+                process: PodProcess = ExitedProcess(log_path, crash)
+                await process.start()
+                server.begin(process)
+                run.reap(pod, spec, server, init=False)
+                log.warning("%s/%s: the model %s is missing: exited 1", *_key(pod["metadata"]),
+                            model_source(container))  # fmt: skip
+                return
+            process = await self.servers.member(pod, container, mounts, env)
+        else:
+            process = await self.servers.proxy(pod, container, env)
+        server.begin(process)
 
-    def _host_folder(self, pod: Mapping[str, Any], container: Mapping[str, Any], path: str) -> Path:
-        """The local folder for the container's ``path``, made as a kubelet makes a
-        ``DirectoryOrCreate`` hostPath (and a container's own folders exist in its image)."""
-        meta = pod["metadata"]
-        scratch = self.settings.log_dir / "pods" / f"{meta['namespace']}_{meta['name']}"
-        spec = pod.get("spec") or {}
-        folder = host_folder(spec, container, path, self.settings.host_root, scratch)
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder
+    def _locate(self, namespace: str, name: str, container: str) -> LogTarget:
+        """A container's log, for the kubelet API (a pod of this stand-in's, or a Job's)."""
+        pod = self.pods.store.get(f"{namespace}/{name}")
+        if pod is None or (pod.get("spec") or {}).get("nodeName") != NODE_NAME:
+            raise UnknownContainer(f'pod "{name}" not found on node {NODE_NAME}')
+        if container not in container_names(pod):
+            raise UnknownContainer(f'container "{container}" not found in pod "{name}"')
+        uid = pod["metadata"]["uid"]
 
-    async def _start_proxy(self, pod: Mapping[str, Any]) -> ProxyProcess:
-        """A router-proxy as the pod's ServiceAccount (a fresh token, as a kubelet mounts one),
-        with its container's arguments, on a free loopback port."""
-        meta = pod["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
-        account = service_account_of(pod)
-        token = await service_account_token(self.client, namespace, account)
-        folder = self.settings.log_dir / "router-proxies" / f"{namespace}_{name}"
-        kubeconfig = write_token_kubeconfig(self.config, token, folder / "kubeconfig")
-        containers = (pod.get("spec") or {}).get("containers") or [{}]
-        port = _free_port()
-        argv = proxy_argv(
-            containers[0], pod, kubeconfig=kubeconfig, port=port, cache_dir=folder / "cache"
-        )
-        process = ProxyProcess(
-            argv, self.settings.log_dir / f"{namespace}_{name}.log", port, env=pod_env(pod)
-        )
-        url = await process.start()
-        log.info("pod %s/%s: router-proxy as ServiceAccount %s/%s on %s",
-                 namespace, name, namespace, account, url)  # fmt: skip
-        return process
+        def running() -> bool:
+            run = self._runs.get(uid) or self.jobs.run_of(uid)
+            found = run.container(container) if run is not None else None
+            return found is not None and found.running
+
+        return LogTarget(container_log_path(self.settings.log_dir, pod, container), running)
 
     async def _healthy(self, process: PodProcess) -> bool:
         try:
@@ -475,10 +433,11 @@ class NodeStandIn:
     async def _finish_pod(self, pod: Mapping[str, Any]) -> None:
         """A Terminating pod: stop its process (SIGTERM, wait), then remove the pod."""
         meta = pod["metadata"]
-        running = self._running.pop(meta["uid"], None)
+        run = self._runs.pop(meta["uid"], None)
         self._pod_keys.pop(meta["uid"], None)
-        if running is not None:
-            code = await running.process.stop()
+        if run is not None:
+            code = await _stop_server(run)
+            await run.stop(pod)
             log.info("pod %s/%s: process exited with %s", meta["namespace"], meta["name"], code)
         await self._force_delete(meta["namespace"], meta["name"], meta["uid"])
 
@@ -575,6 +534,10 @@ class NodeStandIn:
                 self._group = group
                 for forwarder in self._forwarders.values():  # made before the runnable started
                     group.start_soon(forwarder.serve)
+                await group.start(self.kubelet.serve)
+                await keep_registering(self.client, self.kubelet.port)
+                log.info("node %s registered; its kubelet API on https://%s:%d", NODE_NAME,
+                         LOOPBACK, self.kubelet.port)  # fmt: skip
                 await anyio.sleep_forever()
         finally:
             self._group = None
@@ -583,12 +546,14 @@ class NodeStandIn:
 
     async def stop_all(self) -> None:
         """SIGTERM every process and wait for them; delete their pods if configured."""
-        running, self._running = self._running, {}
+        runs, self._runs = self._runs, {}
         keys, self._pod_keys = self._pod_keys, {}
         async with anyio.create_task_group() as group:
-            for each in running.values():
-                group.start_soon(each.process.stop)
-        log.info("stopped %d process(es)", len(running))
+            for run in runs.values():
+                for process in list(run.processes()):
+                    group.start_soon(process.stop)
+        log.info("stopped the processes of %d pod(s)", len(runs))
+        await self.jobs.stop_all()
         if self.settings.delete_pods_on_exit:
             for uid, (namespace, name) in keys.items():
                 try:
@@ -598,20 +563,25 @@ class NodeStandIn:
         await self._http.aclose()
 
 
-def _free_port() -> int:
-    """A loopback port that was free a moment ago (the kernel's choice)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
-
-
 def _key(meta: Mapping[str, Any]) -> tuple[str, str]:
     return (meta["namespace"], meta["name"])
 
 
-def _restart_count(pod: Mapping[str, Any]) -> int:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or ()
-    return max((int(s.get("restartCount") or 0) for s in statuses), default=0)
+def _mirrored(statuses: list[Object]) -> list[Object]:
+    """Only a pod's first container is played: any other reports the same state as it."""
+    if len(statuses) < 2:
+        return statuses
+    first = statuses[0]
+    return [first, *({**first, "name": s["name"], "image": s.get("image", "")}
+                     for s in statuses[1:])]  # fmt: skip
+
+
+async def _stop_server(run: PodContainers) -> int | None:
+    """SIGTERM the server first (the rest of the pod follows); its exit code."""
+    server = run.containers[0] if run.containers else None
+    if server is None or server.process is None:
+        return None
+    return await server.process.stop()
 
 
 async def run_node(client_config: ClientConfig, settings: NodeSettings) -> None:

@@ -3,7 +3,9 @@
 A member pod's container is a simulator (:class:`SimulatorProcess`), or the real llama.cpp
 ``llama-server`` (:class:`LlamaServerProcess`) when the stand-in was given one and the member's
 model is a GGUF file here; a router-proxy pod's is a ``controlplane router-proxy``
-(:class:`ProxyProcess`). The last two are told their loopback port on the command line.
+(:class:`ProxyProcess`). The last two are told their loopback port on the command line. An init
+container or a Job's container that the stand-in can run is a :class:`CommandProcess` (it runs to
+its end); a server whose model is missing is an :class:`ExitedProcess` (it "exits 1" at once).
 
 A simulator is ``python -m controlplane.cli sim --port 0 ...``; it binds before loading and prints
 ``listening on http://HOST:PORT`` on stdout, which is read here to learn the port. Its log
@@ -230,6 +232,55 @@ class ProxyProcess(PortProcess):
 
     health_path = "/readyz"
     base_env: Mapping[str, str] = {"PYTHONUNBUFFERED": "1"}
+
+
+class CommandProcess(PodProcess):
+    """A container that runs to its end (an init container, a Job's): no port, no readiness;
+    its output (stdout and stderr) goes to its log, unbuffered so the log is live."""
+
+    async def start(self, timeout: float = START_TIMEOUT_SECONDS) -> str:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:  # forked from the loop's thread, as above
+            self._popen = subprocess.Popen(  # noqa: ASYNC220
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
+                preexec_fn=die_with_parent,
+            )
+        return ""
+
+
+class ExitedProcess(PodProcess):
+    """A server that exits at once with ``code`` after printing ``output`` to its log, as
+    llama-server does when its model file is missing: the stand-in plays the crash without
+    starting anything."""
+
+    def __init__(self, log_path: Path, output: str, code: int = 1) -> None:
+        super().__init__([], log_path)
+        self.output = output
+        self.code = code
+
+    @property
+    def pid(self) -> int | None:
+        return None
+
+    def running(self) -> bool:
+        return False
+
+    @property
+    def returncode(self) -> int | None:
+        return self.code
+
+    async def start(self, timeout: float = START_TIMEOUT_SECONDS) -> str:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("a") as log:
+            log.write(self.output)
+        return ""
+
+    async def stop(self, grace: float = STOP_GRACE_SECONDS) -> int | None:
+        return self.code
 
 
 def _read_line(stream: IO[bytes]) -> str:
