@@ -86,19 +86,22 @@ async def test_kubectl_get_tells_the_story(
     assert sorted(out.split()) == [
         "inferenceservice.inference.modelpool.dev/llama-3-8b",
         "inferenceservice.inference.modelpool.dev/qwen-2-7b",
+        "inferenceservice.inference.modelpool.dev/qwen-small",
         "modelpool.inference.modelpool.dev/gpu-0",
         "modelrouter.inference.modelpool.dev/chat",
     ]
     # REPLICAS is what the member's Deployment is given (its pool's decision), not its spec:
     # a member its pool has released shows 0 while its last replica still serves.
     draining = {"status": {"phase": "Draining", "desiredReplicas": 0, "readyReplicas": 1,
-                           "pool": "gpu-0"}}  # fmt: skip
+                           "pool": "gpu-0", "model": {"summary": "Ready"}}}  # fmt: skip
     await admin.patch(InferenceService.resource(), "qwen-2-7b", draining, namespace,
                       subresource="status")  # fmt: skip
     _, out, _ = await kubectl(cluster, "get", "isvc", "qwen-2-7b", "-n", namespace)
     header, row = out.strip().splitlines()
-    assert header.split()[:6] == ["NAME", "MODEL", "REPLICAS", "POOL", "READY", "PHASE"]
-    assert row.split()[2:6] == ["0", "gpu-0", "1", "Draining"], row
+    assert header.split()[:7] == [
+        "NAME", "MODEL", "REPLICAS", "POOL", "READY", "PHASE", "WEIGHTS"
+    ]  # fmt: skip
+    assert row.split()[2:7] == ["0", "gpu-0", "1", "Draining", "Ready"], row
 
     _, out, _ = await kubectl(cluster, "get", "isvc,mr", "-n", namespace)
     assert "MODEL" in out
