@@ -71,7 +71,7 @@ def test_https_refuses_a_server_the_environment_does_not_trust(
     assert run.termination is not None
     assert run.termination.startswith("Unreachable: ")
     assert "CERTIFICATE_VERIFY_FAILED" in run.termination
-    assert "SSL_CERT_FILE" in run.termination
+    assert "spec.model.caBundle" in run.termination
 
 
 def test_http_downloads_with_its_digest(
