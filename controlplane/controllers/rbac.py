@@ -37,6 +37,8 @@ INFERENCE_SERVICE_RULES = (
     # their pod's log: how far the download is (controllers/inferenceservice/fetching.py).
     PolicyRule(("batch",), ("jobs",), (*READ, *WRITE)),
     PolicyRule(("",), ("pods/log",), ("get",)),
+    # Nodes are read (never written): weights cached on a node that has left are fetched again.
+    PolicyRule(("",), ("nodes",), READ),
 )
 
 #: ModelPool controller: decides in its status (the grant), watches its members, their pods and

@@ -15,6 +15,7 @@ from controlplane.controllers.inferenceservice.weightsstatus import (
     EVENT_DOWNLOAD_SUCCEEDED,
     FetchObservation,
     fetched,
+    node_lost,
     not_fetched,
     transition_event,
     weights_ready,
@@ -168,3 +169,23 @@ def test_a_pool_drains_nothing_for_an_owner_whose_weights_are_not_ready() -> Non
     assert plan.waiting_for_weights == "b"
     ready = {**members, "b": MemberState("b")}
     assert plan_actions(ready, "b").probe == ("a",), "with its weights, the swap goes ahead"
+
+
+def test_weights_on_a_node_that_left_are_fetched_again_not_pinned_to_nowhere() -> None:
+    done = Done(bytes_total=MIB, sha256="ab" * 32, path="/x", downloaded=True)
+    ready = judge(FetchObservation(job("Complete"), [pod("Succeeded", node="gpu-1")], done))
+    assert node_lost(ready, {"gpu-1", "gpu-2"}) is None, "its node is there: nothing to do"
+    lost = node_lost(ready, {"gpu-2"})
+    assert lost is not None
+    assert not lost.ready
+    assert lost.status.node is None
+    assert "gpu-1" in lost.message
+    assert ready.status.node == "gpu-1", "the verdict judged is not changed in place"
+
+
+def test_a_job_being_deleted_is_not_taken_for_the_weights_it_once_fetched() -> None:
+    deleting = job("Complete")
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-02T00:00:00Z"
+    verdict = judge(FetchObservation(deleting, [pod("Succeeded", node="gpu-1")]))
+    assert not verdict.ready
+    assert verdict.status.state == "Pending"

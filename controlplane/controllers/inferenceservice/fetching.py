@@ -39,6 +39,7 @@ from controlplane.controllers.inferenceservice.weightsstatus import (
     WeightsVerdict,
     fetched,
     invalid_source,
+    node_lost,
     not_fetched,
 )
 from controlplane.modelfetch.progress import Done, ProgressRecord, parse_line
@@ -71,10 +72,13 @@ class WeightsFetcher:
         jobs: Informer,
         pods: Informer,
         placement: Callable[[], Awaitable[WeightsPlacement]],
+        nodes: Informer | None = None,
     ) -> None:
         self.client = client
         self.jobs = jobs
         self.pods = pods
+        #: None: nodes are not watched (a node that leaves is not noticed).
+        self.nodes = nodes
         self.placement = placement
 
     async def observe(
@@ -100,6 +104,12 @@ class WeightsFetcher:
         pods = self._job_pods(isvc.namespace or "", name)
         record = await self._record(isvc, pods, job)
         verdict = fetched(isvc, source, placement, FetchObservation(job, pods, record))
+        if self.nodes is not None:
+            lost = node_lost(verdict, set(self.nodes.store.keys()))
+            if lost is not None:
+                log.warning("%s/%s: %s", isvc.namespace, isvc.name, lost.message)
+                await self._delete_jobs(isvc, keep=None)
+                return lost, placement, PROGRESS_REQUEUE_SECONDS
         settled = verdict.ready or verdict.status.state == MODEL_FAILED
         return verdict, placement, None if settled else PROGRESS_REQUEUE_SECONDS
 

@@ -130,7 +130,14 @@ from controlplane.runtime.errors import Conflict, Invalid, NotFound
 from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
 from controlplane.runtime.manager import Manager
-from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, JOBS, PODS, SERVICES
+from controlplane.runtime.resources import (
+    DEPLOYMENTS,
+    ENDPOINT_SLICES,
+    JOBS,
+    NODES,
+    PODS,
+    SERVICES,
+)
 
 log = logging.getLogger(__name__)
 
@@ -619,6 +626,16 @@ def _job_pods_to_owner(pod: Mapping[str, Any]) -> Iterable[Request]:
     return (Request(meta.get("namespace") or "", name),) if name else ()
 
 
+def _pinned_to(inference_services: Informer, node: Mapping[str, Any]) -> Iterable[Request]:
+    """The InferenceServices whose weights are cached on ``node`` (it left, or came back)."""
+    name = node["metadata"]["name"]
+    return tuple(
+        Request(obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
+        for obj in inference_services.store.objects()
+        if ((obj.get("status") or {}).get("model") or {}).get("node") == name
+    )
+
+
 def setup_inference_service_controller(
     manager: Manager,
     identity: str,
@@ -636,13 +653,18 @@ def setup_inference_service_controller(
     endpoint_slices = manager.informer(ENDPOINT_SLICES, label_selector=SERVICE_NAME_LABEL)
     jobs = manager.informer(JOBS, label_selector=MODEL_OF_LABEL)
     job_pods = manager.informer(PODS, label_selector=MODEL_OF_LABEL)
+    nodes = manager.informer(NODES)
     recorder = manager.event_recorder(EVENT_REPORTER, identity)
 
     async def default_placement() -> WeightsPlacement:
         return WeightsPlacement()
 
     weights = WeightsFetcher(
-        manager.client, jobs=jobs, pods=job_pods, placement=placement or default_placement
+        manager.client,
+        jobs=jobs,
+        pods=job_pods,
+        placement=placement or default_placement,
+        nodes=nodes,
     )
     reconciler = InferenceServiceReconciler(
         manager.client,
@@ -665,6 +687,7 @@ def setup_inference_service_controller(
         .owns(services)
         .owns(jobs)
         .watches(job_pods, _job_pods_to_owner)
+        .watches(nodes, lambda node: _pinned_to(inference_services, node))
         .watches(pods, _pods_to_owner)
         .watches(pools, _pool_to_members)
         .watches(endpoint_slices, _slice_to_owner)

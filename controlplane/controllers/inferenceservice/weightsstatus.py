@@ -31,7 +31,7 @@ a pool never grants the slot to a member whose weights are not ready (a swap nev
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -195,6 +195,9 @@ def fetched(
         status.bytes_total = status.bytes_done = observed.record.bytes_total
     if job is None:
         return _pending(status, "the fetch Job is being created")
+    if job["metadata"].get("deletionTimestamp"):
+        status.node = None
+        return _pending(status, "the previous fetch Job is being deleted; it then runs anew")
     if _job_condition(job, "Complete"):
         status.state, status.summary = MODEL_READY, "Ready"
         status.node = _succeeded_node(observed.pods) or status.node
@@ -223,6 +226,17 @@ def fetched(
         status.message = f"the fetcher runs on node {_node_of(running[0]) or '(unknown)'}"
         return WeightsVerdict(status, False, REASON_DOWNLOADING, status.message)
     return _pending(status, "the fetch Job's pod has not started yet")
+
+
+def node_lost(verdict: WeightsVerdict, nodes: Collection[str]) -> WeightsVerdict | None:
+    """A Ready verdict whose node is no longer a Node of the cluster: Pending again (its Job is
+    deleted and runs anew, on a node the pod may still reach), never a pod pinned to nowhere."""
+    node = verdict.status.node
+    if not verdict.ready or node is None or node in nodes:
+        return None
+    status = ModelStatus.from_dict(verdict.status.to_dict())
+    status.node = None
+    return _pending(status, f"node {node}, which held the weights, is gone: fetching them again")
 
 
 def _pending(status: ModelStatus, message: str) -> WeightsVerdict:
