@@ -65,6 +65,7 @@ def build_manager(settings: OperatorSettings) -> tuple[Manager, PreflightGate]:
         configured=settings.fetch_image,
         pod_namespace=settings.namespace,
         pod_name=settings.pod_name,
+        users="weights fetchers",
     )
 
     async def placement() -> WeightsPlacement:

@@ -55,8 +55,11 @@ class ProxyImage:
         configured: str = "",
         pod_namespace: str = "",
         pod_name: str = "",
+        users: str = "proxies",
     ) -> None:
         self._client = client
+        #: Who runs the image, for the log line ("proxies", "weights fetchers").
+        self._users = users
         self._pod = (pod_namespace, pod_name) if pod_namespace and pod_name else None
         self._image = configured or None
 
@@ -73,12 +76,13 @@ class ProxyImage:
             pod = await self._client.get(PODS, name, namespace)
         except NotFound:
             log.warning(
-                "pod %s/%s not found (not running in a pod?): proxies default to %s",
+                "pod %s/%s not found (not running in a pod?): %s default to %s",
                 namespace,
                 name,
+                self._users,
                 DEFAULT_PROXY_IMAGE,
             )
             return DEFAULT_PROXY_IMAGE
         image = container_image(pod)
-        log.info("proxies default to the operator's own image %s", image)
+        log.info("%s default to the operator's own image %s", self._users, image)
         return image

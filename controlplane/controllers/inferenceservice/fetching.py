@@ -25,7 +25,6 @@ from typing import Any, Final
 
 from controlplane.api.v1alpha1 import InferenceService
 from controlplane.api.v1alpha1.inferenceservice import MODEL_FAILED
-from controlplane.api.v1alpha1.modelsource import SourceError
 from controlplane.controllers.children import FIELD_MANAGER
 from controlplane.controllers.inferenceservice.weights import (
     FETCH_CONTAINER,
@@ -38,9 +37,8 @@ from controlplane.controllers.inferenceservice.weightsstatus import (
     FetchObservation,
     WeightsVerdict,
     fetched,
-    invalid_source,
     node_lost,
-    not_fetched,
+    without_fetch,
 )
 from controlplane.modelfetch.progress import Done, ProgressRecord, parse_line
 from controlplane.runtime.cache import NAMESPACE_INDEX
@@ -85,15 +83,12 @@ class WeightsFetcher:
         self, isvc: InferenceService, owner: Mapping[str, Any]
     ) -> tuple[WeightsVerdict, WeightsPlacement, float | None]:
         """The weights' verdict, the placement it was judged with, and when to look again."""
-        raw = isvc.spec.model.source if isvc.spec.model is not None else None
         placement = await self.placement()
-        try:
-            source = source_of(isvc)
-        except SourceError as error:
-            return invalid_source(raw or "", error), placement, None
-        if not source.fetched:
+        unfetched = without_fetch(isvc)
+        if unfetched is not None:
             await self._delete_jobs(isvc, keep=None)
-            return not_fetched(isvc, source), placement, None
+            return unfetched, placement, None
+        source = source_of(isvc)
         wanted = desired_fetch_job(isvc, placement, owner)
         name = str(wanted["metadata"]["name"])
         job = self.jobs.store.get(f"{isvc.namespace}/{name}")

@@ -77,8 +77,8 @@ from controlplane.api.v1alpha1 import (
     PoolDecisionSeen,
     set_condition,
 )
+from controlplane.api.v1alpha1.conditions import FALSE
 from controlplane.api.v1alpha1.inferenceservice import PHASE_FAILED, PHASE_PENDING
-from controlplane.api.v1alpha1.modelsource import SourceError
 from controlplane.clock import TimeSource
 from controlplane.controllers.children import FIELD_MANAGER, foreign_child, needs_apply
 from controlplane.controllers.inferenceservice import kvcache
@@ -96,6 +96,7 @@ from controlplane.controllers.inferenceservice.metrics import (
     KV_CACHE_OPERATIONS,
 )
 from controlplane.controllers.inferenceservice.status import (
+    CONDITION_READY,
     Hold,
     chosen_by,
     compute_phase,
@@ -106,14 +107,12 @@ from controlplane.controllers.inferenceservice.status import (
 from controlplane.controllers.inferenceservice.weights import (
     MODEL_OF_LABEL,
     WeightsPlacement,
-    source_of,
 )
 from controlplane.controllers.inferenceservice.weightsstatus import (
     WeightsVerdict,
-    invalid_source,
-    not_fetched,
     transition_event,
     with_weights,
+    without_fetch,
 )
 from controlplane.controllers.modelpool.grant import (
     decision_seen,
@@ -314,7 +313,7 @@ class InferenceServiceReconciler:
         """Failed, ``DeploymentRefused``: the spec makes a Deployment the API server refuses."""
         status = InferenceServiceStatus.from_dict(isvc.status.to_dict())
         status.phase = PHASE_FAILED
-        set_condition(status.conditions, "Ready", "False", REASON_DEPLOYMENT_REFUSED, message,
+        set_condition(status.conditions, CONDITION_READY, FALSE, REASON_DEPLOYMENT_REFUSED, message,
                       isvc.metadata.generation)  # fmt: skip
         if status_changed(isvc.status, status):
             isvc.status = status
@@ -345,13 +344,10 @@ class InferenceServiceReconciler:
         isvc = InferenceService.from_dict(obj)
         if self.weights is not None:
             return await self.weights.observe(isvc, owner_reference(isvc))
-        placement = WeightsPlacement()
-        try:
-            source = source_of(isvc)
-        except SourceError as error:
-            raw = (isvc.spec.model.source if isvc.spec.model else None) or ""
-            return invalid_source(raw, error), placement, None
-        return not_fetched(isvc, source), placement, None
+        verdict = without_fetch(isvc)
+        if verdict is None:
+            raise RuntimeError(f"{isvc.name}: a downloaded source needs the WeightsFetcher")
+        return verdict, WeightsPlacement(), None
 
     def _replicas(
         self,

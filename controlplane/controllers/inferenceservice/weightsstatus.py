@@ -168,6 +168,18 @@ def not_fetched(isvc: InferenceService, source: ParsedSource) -> WeightsVerdict:
     return WeightsVerdict(status, True, REASON_NOT_FETCHED, f"read where it is: {where[0]}")
 
 
+def without_fetch(isvc: InferenceService) -> WeightsVerdict | None:
+    """The verdict on a source no download is for (read where it is, or malformed); None for a
+    source that is fetched (:func:`fetched` judges it)."""
+    model = isvc.spec.model
+    raw = (model.source if model is not None else None) or ""
+    try:
+        source = parse_source(raw, model.sha256 if model is not None else None)
+    except SourceError as error:
+        return invalid_source(raw, error)
+    return None if source.fetched else not_fetched(isvc, source)
+
+
 def invalid_source(raw: str, error: SourceError) -> WeightsVerdict:
     status = ModelStatus(source=raw, state=MODEL_FAILED, summary="Failed: InvalidSource",
                          message=str(error))  # fmt: skip
