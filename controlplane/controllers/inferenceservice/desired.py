@@ -32,6 +32,8 @@ from controlplane.controllers.inferenceservice.weights import (
     model_pod_parts,
     pinned_affinity,
     placement_fields,
+    user_env,
+    user_env_from,
 )
 from controlplane.runtime.endpoints import MEMBER_PORT_NAME
 
@@ -188,11 +190,11 @@ def desired_deployment(
         container["resources"] = resources
     volumes = list(weights.volumes)
     mounts = list(weights.server_mounts)
+    if env := user_env(isvc):
+        container["env"] = env
+    if env_from := user_env_from(isvc):
+        container["envFrom"] = env_from
     if pod_fields is not None:
-        if pod_fields.env:
-            container["env"] = [var.to_dict() for var in pod_fields.env]
-        if pod_fields.env_from:
-            container["envFrom"] = [source.to_dict() for source in pod_fields.env_from]
         volumes += [volume.to_dict() for volume in pod_fields.volumes]
         mounts += [mount.to_dict() for mount in pod_fields.volume_mounts]
     pod_spec: dict[str, Any] = {

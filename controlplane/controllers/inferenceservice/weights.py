@@ -180,7 +180,7 @@ def fetch_container(isvc: InferenceService, placement: WeightsPlacement) -> dict
     env: list[dict[str, Any]] = [
         *copy.deepcopy(list(_FETCHER_ENV)),
         *({"name": name, "value": value} for name, value in placement.fetch_env),
-        *_user_env(isvc),
+        *user_env(isvc),
     ]
     mounts: list[dict[str, Any]] = [
         {"name": MODEL_VOLUME, "mountPath": MODEL_MOUNT_DIR},
@@ -216,17 +216,18 @@ def fetch_container(isvc: InferenceService, placement: WeightsPlacement) -> dict
             "capabilities": {"drop": ["ALL"]},
         },
     }
-    if env_from := _user_env_from(isvc):
+    if env_from := user_env_from(isvc):
         container["envFrom"] = env_from
     return container
 
 
-def _user_env(isvc: InferenceService) -> list[dict[str, Any]]:
+def user_env(isvc: InferenceService) -> list[dict[str, Any]]:
+    """``spec.pod.env``, as the server's and the fetcher's containers take it."""
     pod = isvc.spec.pod
     return [var.to_dict() for var in pod.env] if pod is not None else []
 
 
-def _user_env_from(isvc: InferenceService) -> list[dict[str, Any]]:
+def user_env_from(isvc: InferenceService) -> list[dict[str, Any]]:
     pod = isvc.spec.pod
     return [source.to_dict() for source in pod.env_from] if pod is not None else []
 
