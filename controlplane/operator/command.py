@@ -16,12 +16,15 @@ from pathlib import Path
 import anyio
 
 from controlplane.api.v1alpha1.podtemplate import ENV_NAME_PATTERN
-from controlplane.cliargs import first_error, host_port_or_off
+from controlplane.cliargs import first_error, host_port_or_off, positive_float
 from controlplane.controllers.inferenceservice.weights import DEFAULT_MODEL_CACHE_PATH
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE
 from controlplane.operator.settings import (
+    DEFAULT_LEASE_DURATION,
     DEFAULT_METRICS_ADDRESS,
     DEFAULT_PROBE_ADDRESS,
+    DEFAULT_RENEW_DEADLINE,
+    DEFAULT_RETRY_PERIOD,
     LEADER_ELECTION_ID,
     OperatorSettings,
 )
@@ -48,6 +51,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--identity", default="", help="leader-election identity ($POD_NAME)")
     parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--leader-election-id", default=LEADER_ELECTION_ID)
+    parser.add_argument(
+        "--leader-elect-lease-duration",
+        type=positive_float,
+        default=DEFAULT_LEASE_DURATION,
+        metavar="SECONDS",
+        help="how long a standby waits on an unrenewed Lease before taking it "
+        f"(default {DEFAULT_LEASE_DURATION:g})",
+    )
+    parser.add_argument(
+        "--leader-elect-renew-deadline",
+        type=positive_float,
+        default=DEFAULT_RENEW_DEADLINE,
+        metavar="SECONDS",
+        help="how long the leader keeps trying to renew before it stops leading; its writes are "
+        f"fenced past it (default {DEFAULT_RENEW_DEADLINE:g}, below the lease duration)",
+    )
+    parser.add_argument(
+        "--leader-elect-retry-period",
+        type=positive_float,
+        default=DEFAULT_RETRY_PERIOD,
+        metavar="SECONDS",
+        help="how often the leader renews and a standby retries "
+        f"(default {DEFAULT_RETRY_PERIOD:g})",
+    )
     parser.add_argument(
         "--health-probe-bind-address", type=host_port_or_off, default=DEFAULT_PROBE_ADDRESS
     )
@@ -91,6 +118,9 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
         identity=args.identity,
         leader_elect=args.leader_elect,
         leader_election_id=args.leader_election_id,
+        lease_duration=args.leader_elect_lease_duration,
+        renew_deadline=args.leader_elect_renew_deadline,
+        retry_period=args.leader_elect_retry_period,
         probe_address=args.health_probe_bind_address,
         metrics_address=args.metrics_bind_address,
         preflight_cache_dir=args.preflight_cache_dir,

@@ -37,7 +37,14 @@ def build_manager(settings: OperatorSettings) -> tuple[Manager, PreflightGate]:
     config = ClientConfig.load(settings.kubeconfig)
     identity = settings.identity or default_identity()
     election = (
-        LeaderElectionConfig(settings.leader_election_id, settings.namespace, identity)
+        LeaderElectionConfig(
+            settings.leader_election_id,
+            settings.namespace,
+            identity,
+            lease_duration=settings.lease_duration,
+            renew_deadline=settings.renew_deadline,
+            retry_period=settings.retry_period,
+        )
         if settings.leader_elect
         else None
     )

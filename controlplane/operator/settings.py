@@ -17,6 +17,11 @@ from controlplane.controllers.rbac import OPERATOR_NAMESPACE
 LEADER_ELECTION_ID = "modelpool-operator"
 DEFAULT_PROBE_ADDRESS = ("0.0.0.0", 8081)
 DEFAULT_METRICS_ADDRESS = ("0.0.0.0", 8080)
+#: Leader election's timing, client-go's defaults (the framework's own, restated here so that
+#: parsing flags does not import the framework; a unit test keeps them equal).
+DEFAULT_LEASE_DURATION = 15.0
+DEFAULT_RENEW_DEADLINE = 10.0
+DEFAULT_RETRY_PERIOD = 2.0
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,11 @@ class OperatorSettings:
     identity: str = ""
     leader_elect: bool = True
     leader_election_id: str = LEADER_ELECTION_ID
+    #: Leader election's timing in seconds (client-go's 15 / 10 / 2); the renew deadline is also
+    #: the fence on the leader's writes (docs/faults.md, "Fencing").
+    lease_duration: float = DEFAULT_LEASE_DURATION
+    renew_deadline: float = DEFAULT_RENEW_DEADLINE
+    retry_period: float = DEFAULT_RETRY_PERIOD
     #: ``/healthz`` and ``/readyz``; None turns them off.
     probe_address: tuple[str, int] | None = DEFAULT_PROBE_ADDRESS
     #: ``/metrics``; None turns it off.

@@ -16,7 +16,8 @@ decision (an informer relists, a preflight backs off with jitter, a writer re-re
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Mapping
+import copy
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Self, TypedDict, Unpack
 
@@ -28,6 +29,11 @@ from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.errors import ApiError, RequestTimeout, TransportError, api_error
 from controlplane.runtime.objects import Object
 from controlplane.runtime.resources import Resource
+
+#: Asked before every request that is not a read: raises to refuse it (:meth:`KubeClient.fenced`).
+WriteGuard = Callable[[str, str], None]
+#: The methods a guard is not asked about.
+READ_METHODS: Final = frozenset({"GET", "HEAD"})
 
 #: Seconds any single request may take unless the caller says otherwise.
 DEFAULT_TIMEOUT = 30.0
@@ -149,6 +155,19 @@ class KubeClient:
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=20),
             transport=httpx.AsyncHTTPTransport(retries=0, verify=config.ssl_context),
         )
+        self._write_guard: WriteGuard | None = None
+
+    def fenced(self, guard: WriteGuard) -> KubeClient:
+        """A view of this client (same connections) that asks ``guard(method, path)`` before
+        every write and sends nothing when it raises; reads and watches are not asked.
+
+        The manager gives its leader-only runnables such a view, so that a leader that was
+        paused past its Lease cannot act on what it believed before (docs/faults.md, "Fencing").
+        Close the client it was made from, not the view.
+        """
+        view = copy.copy(self)
+        view._write_guard = guard
+        return view
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -180,6 +199,8 @@ class KubeClient:
         timeout: float | None = None,
     ) -> bytes:
         """One request; returns the raw body of a successful answer."""
+        if self._write_guard is not None and method not in READ_METHODS:
+            self._write_guard(method, path)
         headers = self.config.auth_headers()
         content: bytes | None = None
         if body is not None:

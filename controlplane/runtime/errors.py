@@ -22,6 +22,11 @@ class RequestTimeout(TransportError):
     """The client's own timeout elapsed before the server answered."""
 
 
+class NotLeading(KubeError):
+    """A write refused before it was sent: this process is not sure it still holds its leader
+    Lease (:meth:`~controlplane.runtime.leaderelection.LeaderElector.write_refusal`)."""
+
+
 class ApiError(KubeError):
     """The API server answered with an error status (a ``metav1.Status`` body when it could)."""
 

@@ -11,6 +11,18 @@
   can consider the Lease expired.
 * On cancellation the leader releases the Lease (empty holder), so a graceful restart hands over
   immediately instead of after ``lease_duration``.
+
+**Fencing** (client-go does none; docs/faults.md, "Fencing"). A leader that is paused (SIGSTOP, a
+frozen VM, a long GC) for longer than the Lease wakes up believing it leads, with caches as old as
+the pause, while a successor has already acted. Leading is therefore also judged on our own
+monotonic clock, which keeps running while the process is stopped: :meth:`LeaderElector.holds_lease`
+is true only until ``renew_deadline`` after the start of the last renewal that succeeded, and
+:meth:`LeaderElector.write_refusal` is the guard the manager puts in front of every write its
+controllers make (:meth:`~controlplane.runtime.client.KubeClient.fenced`). A successor takes over
+no earlier than ``lease_duration`` after it saw that renewal, so a write let through has at least
+``lease_duration - renew_deadline`` (5 s by default) to reach the API server before anyone else
+leads. A renewal that finds another holder ends the leadership at once instead of retrying until
+the renew deadline.
 """
 
 from __future__ import annotations
@@ -26,7 +38,7 @@ import anyio
 
 from controlplane.clock import TimeSource
 from controlplane.runtime.client import KubeClient
-from controlplane.runtime.errors import AlreadyExists, Conflict, KubeError, NotFound
+from controlplane.runtime.errors import AlreadyExists, Conflict, KubeError, NotFound, NotLeading
 from controlplane.runtime.leaserecord import ExpiryObserver, LeaseRecord
 from controlplane.runtime.resources import LEASES
 from controlplane.runtime.timeutil import micro_time
@@ -44,6 +56,10 @@ RELEASE_TIMEOUT = 5.0
 
 class LeadershipLost(Exception):
     """The leader could not renew its Lease in time; whatever it led has been stopped."""
+
+
+class LeaseTaken(Exception):
+    """A renewal found another holder: leadership ended (raised inside the renew loop only)."""
 
 
 @dataclass
@@ -77,6 +93,8 @@ class LeaderElector:
     on_change: Callable[[bool], None] | None = None
     _expiry: ExpiryObserver = field(init=False)
     _leading: bool = field(default=False, init=False)
+    #: On ``clock``: until when the last successful renewal lets us act as the leader.
+    _valid_until: float = field(default=float("-inf"), init=False)
 
     def __post_init__(self) -> None:
         self._expiry = ExpiryObserver(self.clock)
@@ -84,6 +102,25 @@ class LeaderElector:
     @property
     def is_leader(self) -> bool:
         return self._leading
+
+    def holds_lease(self) -> bool:
+        """Leading, and the last renewal is recent enough on our clock that no successor can
+        have taken the Lease yet (see "Fencing" above)."""
+        return self._leading and self.clock() < self._valid_until
+
+    def write_refusal(self, method: str, path: str) -> None:
+        """The manager's write guard: raises :class:`NotLeading` unless :meth:`holds_lease`."""
+        if self.holds_lease():
+            return
+        late = self.clock() - self._valid_until
+        why = (
+            f"not leading {self.config.namespace}/{self.config.lease_name}"
+            if not self._leading
+            else f"the last renewal of {self.config.namespace}/{self.config.lease_name} is "
+            f"{late:.1f} s past its renew deadline"
+        )
+        log.warning("%s: %s %s refused: %s", self.config.identity, method, path, why)
+        raise NotLeading(f"{method} {path} not sent: {why}")
 
     async def run(self, lead: Callable[[], Awaitable[None]]) -> None:
         """Campaign, then run ``lead`` while leading.
@@ -132,35 +169,46 @@ class LeaderElector:
         self._set_leading(True)
 
     async def _keep_renewing(self) -> None:
-        """Return only when renewal failed for ``renew_deadline``."""
+        """Return only when renewal failed for ``renew_deadline``, or found another holder."""
         while True:
             await anyio.sleep(self.config.retry_period)
             renewed = False
-            with anyio.move_on_after(self.config.renew_deadline):
-                while True:
-                    renewed = await self.try_acquire_or_renew()
-                    if renewed:
-                        break
-                    await anyio.sleep(self.config.retry_period)
+            try:
+                with anyio.move_on_after(self.config.renew_deadline):
+                    while True:
+                        renewed = await self.try_acquire_or_renew(leading=True)
+                        if renewed:
+                            break
+                        await anyio.sleep(self.config.retry_period)
+            except LeaseTaken as taken:
+                log.error("%s: %s", self.config.identity, taken)
+                return
             if not renewed:
                 log.error("%s: failed to renew the lease in time", self.config.identity)
                 return
 
     def _set_leading(self, leading: bool) -> None:
+        if not leading:
+            self._valid_until = float("-inf")
         if leading != self._leading:
             self._leading = leading
             if self.on_change is not None:
                 self.on_change(leading)
 
-    async def try_acquire_or_renew(self) -> bool:
-        """One attempt; True when we hold the Lease afterwards. Never raises API errors."""
+    async def try_acquire_or_renew(self, *, leading: bool = False) -> bool:
+        """One attempt; True when we hold the Lease afterwards. Never raises API errors; when
+        ``leading`` and another identity holds the Lease, raises :class:`LeaseTaken`."""
+        started = self.clock()
         try:
-            return await self._try_acquire_or_renew()
+            held = await self._try_acquire_or_renew(leading)
         except KubeError as err:
             log.warning("%s: lease attempt failed: %s", self.config.identity, err)
             return False
+        if held:
+            self._valid_until = started + self.config.renew_deadline
+        return held
 
-    async def _try_acquire_or_renew(self) -> bool:
+    async def _try_acquire_or_renew(self, leading: bool) -> bool:
         cfg = self.config
         now = micro_time()
         try:
@@ -186,10 +234,13 @@ class LeaderElector:
             self._expiry.observe(created)
             return True
 
+        holder = LeaseRecord.of(lease).holder
+        if leading and holder and holder != cfg.identity:
+            raise LeaseTaken(f"lease {cfg.namespace}/{cfg.lease_name} is held by {holder} now")
         if self._expiry.held_by_other(lease, cfg.identity):
             return False  # someone else holds it and has renewed recently enough
         spec = dict(lease.get("spec") or {})
-        if LeaseRecord.of(lease).holder != cfg.identity:
+        if holder != cfg.identity:
             spec["acquireTime"] = now
             spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
         spec.update(

@@ -6,6 +6,13 @@ manager is ready, campaigns for leadership if configured, and only then starts t
 runnables (controllers). Losing the Lease stops those at once and makes :meth:`run` raise
 :class:`LeadershipLost`, so the process exits non-zero and its replacement starts clean.
 
+With leader election, :attr:`Manager.client` is **fenced**: every write through it is first
+checked with the elector (:meth:`~controlplane.runtime.leaderelection.LeaderElector.write_refusal`)
+and refused with :class:`~controlplane.runtime.errors.NotLeading` once the last renewal is older
+than the renew deadline on our clock, so a leader paused past its Lease writes nothing when it
+wakes. Writes before the campaign (the preflight's reviews) pass; the elector renews through the
+unfenced client.
+
 :meth:`run_until_signal` turns SIGTERM/SIGINT into a graceful stop: controllers finish the
 reconciles in flight (bounded by ``drain_timeout``), then everything is cancelled and the Lease is
 released so a successor takes over without waiting for it to expire.
@@ -69,7 +76,13 @@ class Manager:
 
     def __init__(self, config: ClientConfig, options: ManagerOptions) -> None:
         self.options = options
-        self.client = KubeClient(config)
+        self._own_client = KubeClient(config)
+        #: What runnables write through: fenced by the Lease when leader election is on.
+        self.client = (
+            self._own_client.fenced(self._fence)
+            if options.leader_election is not None
+            else self._own_client
+        )
         self._informers: dict[tuple[Any, ...], Informer] = {}
         #: Informers not seen synced yet. An informer never unsyncs, so once this is empty
         #: ``caches_synced`` (read on every proxied request) costs nothing.
@@ -158,7 +171,7 @@ class Manager:
             self._group = None
 
     async def _run(self) -> None:
-        async with self.client, anyio.create_task_group() as group:
+        async with self._own_client, anyio.create_task_group() as group:
             self._group = group
             await self._serve_probes(group)
             for informer in self._informers.values():
@@ -182,9 +195,15 @@ class Manager:
         gauge = controller_metrics.LEADER_ELECTION_MASTER_STATUS.labels(election.lease_name)
         gauge.set(0)
         self.elector = LeaderElector(
-            self.client, election, on_change=lambda leading: gauge.set(1 if leading else 0)
+            self._own_client, election, on_change=lambda leading: gauge.set(1 if leading else 0)
         )
         await self.elector.run(self._run_leader_runnables)
+
+    def _fence(self, method: str, path: str) -> None:
+        """The write guard of :attr:`client`: before the campaign every write passes (nothing
+        that leads runs yet); from then on, only while the elector holds the Lease."""
+        if self.elector is not None:
+            self.elector.write_refusal(method, path)
 
     async def _run_leader_runnables(self) -> None:
         """Start the leader-only runnables, then lead until cancelled (as controller-runtime's

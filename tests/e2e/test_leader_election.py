@@ -148,3 +148,44 @@ async def test_a_leader_that_loses_its_lease_stops_and_exits_non_zero(
     after_exit = await writes()
     await anyio.sleep(1.0)
     assert await writes() == after_exit, "the deposed leader kept writing"
+
+
+async def test_a_paused_leader_writes_nothing_when_it_wakes(
+    admin: KubeClient, namespace: str, candidates: Candidates
+) -> None:
+    """SIGSTOP the leader for longer than its Lease: the other candidate takes over and writes;
+    on SIGCONT the old leader, whose caches and beliefs are as old as the pause, must not write
+    (the manager's fence: docs/faults.md, "Fencing"). Without the fence its next read-modify-write
+    of the counter lands after the new leader's, with the older term."""
+    for identity in ("a", "b"):
+        candidates.start(identity)
+    leader = await eventually(lambda: _holder(admin, namespace), what="a first leader")
+    other = "b" if leader == "a" else "a"
+
+    async def history() -> list[tuple[str, int]]:
+        try:
+            counter = await admin.get(CONFIGMAPS, COUNTER, namespace)
+        except NotFound:
+            return []
+        entries = (counter.get("data") or {}).get("history", "").split()
+        return [(who, int(term)) for who, term in (e.split(":") for e in entries)]
+
+    await eventually(lambda: history(), what="the leader's first writes")
+    candidates.processes[leader].send_signal(signal.SIGSTOP)
+    try:
+
+        async def other_wrote() -> bool:
+            return any(who == other for who, _ in await history())
+
+        await eventually(other_wrote, timeout=MAX_HANDOVER + 5, interval=0.05, what="takeover")
+        await anyio.sleep(1.0)
+    finally:
+        candidates.processes[leader].send_signal(signal.SIGCONT)
+    code = await anyio.to_thread.run_sync(lambda: candidates.processes[leader].wait(timeout=15))
+    assert code == 1, "a leader that finds its Lease taken exits non-zero"
+    entries = await history()
+    first_other = next(i for i, (who, _) in enumerate(entries) if who == other)
+    stale = [e for e in entries[first_other:] if e[0] == leader]
+    assert not stale, f"the paused leader wrote after its successor: {stale} in {entries}"
+    terms = [term for _, term in entries]
+    assert terms == sorted(terms), f"an older term after a newer one: {entries}"

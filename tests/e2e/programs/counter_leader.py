@@ -4,7 +4,9 @@ Run as a separate process by the leader-election test:
 ``python -m tests.e2e.programs.counter_leader KUBECONFIG NAMESPACE IDENTITY``.
 Each write appends ``identity:term`` to the counter's history, where ``term`` is the Lease's
 ``leaseTransitions`` when this process became leader. Two leaders at once would show up in the
-history as interleaved terms.
+history as interleaved terms. A write the manager's fence refuses (``NotLeading``: this process
+was paused past its Lease) is retried as a controller would after a failed reconcile, until the
+renew loop ends the leadership.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import anyio
 
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.config import ClientConfig
-from controlplane.runtime.errors import Conflict, NotFound
+from controlplane.runtime.errors import Conflict, NotFound, NotLeading
 from controlplane.runtime.leaderelection import LeaderElectionConfig, LeadershipLost
 from controlplane.runtime.manager import Manager, ManagerOptions
 from controlplane.runtime.resources import CONFIGMAPS, LEASES
@@ -41,7 +43,8 @@ class CounterWriter:
             return
         term = int(lease["spec"].get("leaseTransitions") or 0)
         while True:
-            await self._append(f"{self.identity}:{term}")
+            with contextlib.suppress(NotLeading):
+                await self._append(f"{self.identity}:{term}")
             await anyio.sleep(WRITE_INTERVAL)
 
     async def _append(self, entry: str) -> None:
