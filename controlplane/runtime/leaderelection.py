@@ -55,7 +55,8 @@ RELEASE_TIMEOUT = 5.0
 
 
 class LeadershipLost(Exception):
-    """The leader could not renew its Lease in time; whatever it led has been stopped."""
+    """The leader could not renew its Lease in time, or found it taken; whatever it led has been
+    stopped."""
 
 
 class LeaseTaken(Exception):
@@ -95,6 +96,7 @@ class LeaderElector:
     _leading: bool = field(default=False, init=False)
     #: On ``clock``: until when the last successful renewal lets us act as the leader.
     _valid_until: float = field(default=float("-inf"), init=False)
+    _lost_because: str = field(default="", init=False)
 
     def __post_init__(self) -> None:
         self._expiry = ExpiryObserver(self.clock)
@@ -153,9 +155,8 @@ class LeaderElector:
                     await self.release()
         if lost:
             raise LeadershipLost(
-                f"{self.config.identity} could not renew lease "
-                f"{self.config.namespace}/{self.config.lease_name} within "
-                f"{self.config.renew_deadline:.0f} s"
+                f"{self.config.identity} lost lease "
+                f"{self.config.namespace}/{self.config.lease_name}: {self._lost_because}"
             )
 
     async def _campaign(self) -> None:
@@ -181,9 +182,11 @@ class LeaderElector:
                             break
                         await anyio.sleep(self.config.retry_period)
             except LeaseTaken as taken:
+                self._lost_because = str(taken)
                 log.error("%s: %s", self.config.identity, taken)
                 return
             if not renewed:
+                self._lost_because = f"not renewed within {self.config.renew_deadline:g} s"
                 log.error("%s: failed to renew the lease in time", self.config.identity)
                 return
 
@@ -236,7 +239,7 @@ class LeaderElector:
 
         holder = LeaseRecord.of(lease).holder
         if leading and holder and holder != cfg.identity:
-            raise LeaseTaken(f"lease {cfg.namespace}/{cfg.lease_name} is held by {holder} now")
+            raise LeaseTaken(f"it is held by {holder} now")
         if self._expiry.held_by_other(lease, cfg.identity):
             return False  # someone else holds it and has renewed recently enough
         spec = dict(lease.get("spec") or {})

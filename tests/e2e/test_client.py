@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from controlplane.runtime.client import JSON_PATCH, STRATEGIC_MERGE_PATCH, KubeClient
@@ -113,3 +115,25 @@ async def test_invalid_object_is_invalid_and_missing_is_not_found(
     assert "leaseDurationSeconds" in raised.value.message
     with pytest.raises(NotFound):
         await admin.get(LEASES, "absent", namespace)
+
+
+async def test_an_apply_carrying_a_stale_resource_version_is_refused(
+    admin: KubeClient, namespace: str
+) -> None:
+    """The InferenceService controller's raise relies on this (docs/faults.md, "Fencing"): an
+    apply that names the resourceVersion it decided on is a precondition, even when forced."""
+    meta = {"name": "fenced", "namespace": namespace}
+    body: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+                            "data": {"replicas": "0"}}  # fmt: skip
+    first = await admin.apply(CONFIGMAPS, body, field_manager="a", force=True)
+    read = first["metadata"]["resourceVersion"]
+    await admin.apply(CONFIGMAPS, {**body, "data": {"replicas": "0", "by": "b"}},
+                      field_manager="b", force=True)  # fmt: skip
+    stale: dict[str, Any] = {**body, "metadata": {**meta, "resourceVersion": read},
+                             "data": {"replicas": "1"}}  # fmt: skip
+    with pytest.raises(Conflict):
+        await admin.apply(CONFIGMAPS, stale, field_manager="a", force=True)
+    current = (await admin.get(CONFIGMAPS, "fenced", namespace))["metadata"]["resourceVersion"]
+    stale["metadata"]["resourceVersion"] = current
+    applied = await admin.apply(CONFIGMAPS, stale, field_manager="a", force=True)
+    assert applied["data"]["replicas"] == "1"

@@ -89,7 +89,7 @@ async def test_a_renewal_that_finds_another_holder_ends_leadership_at_once() -> 
     assert await leader.try_acquire_or_renew()
     leader._set_leading(True)
     server.taken_by("successor")
-    with pytest.raises(LeaseTaken, match="held by successor"):
+    with pytest.raises(LeaseTaken, match="held by successor now"):
         await leader.try_acquire_or_renew(leading=True)
     leader._set_leading(False)
     with pytest.raises(NotLeading, match="not leading"):

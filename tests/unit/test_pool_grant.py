@@ -34,6 +34,7 @@ from controlplane.controllers.modelpool.grant import (
 )
 from controlplane.runtime.client import KubeClient, ObjectList
 from controlplane.runtime.controller import Request
+from controlplane.runtime.errors import Conflict
 from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, PODS, SERVICES, Resource
@@ -359,3 +360,47 @@ async def test_an_undecided_member_acknowledges_nothing() -> None:
     world.isvc(isvc("a"))
     await world.reconcile("a")
     assert "poolDecision" not in world.api.statuses[-1]["status"]
+
+
+class DeploymentMovedOn(FakeApi):
+    """The API server holds a newer Deployment than the cache: an apply naming another
+    resourceVersion is refused, as kube-apiserver refuses it (tests/e2e/test_client.py)."""
+
+    live_version = "8"
+
+    async def apply(self, resource: Resource, obj: Object, **options: Any) -> Object:
+        named = obj["metadata"].get("resourceVersion")
+        if resource == DEPLOYMENTS and named is not None and named != self.live_version:
+            self.calls.append(("apply", resource.plural))
+            raise Conflict(409, "Conflict", "the object has been modified")
+        return await super().apply(resource, obj, **options)
+
+
+@pytest.mark.anyio
+async def test_a_raise_names_the_deployment_it_decided_on_and_a_lowering_names_none() -> None:
+    """docs/faults.md, "Fencing": a raise sent late by a paused leader must not land over what
+    a successor wrote since; a lowering is always safe and is never held back."""
+    world = World()
+    world.api = DeploymentMovedOn()
+    world.reconciler.client = cast(KubeClient, world.api)
+    world.pool(pool("gpu", "a", "b", slots={"a": G, "b": R}))
+    world.isvc(isvc("a"))
+    cached = {**deployment("a", 0), "metadata": {**deployment("a", 0)["metadata"],
+                                                  "resourceVersion": "5"}}  # fmt: skip
+    world.deployments.store.upsert(cached)
+    result = await world.reconcile("a")
+    assert result.requeue, "a refused raise is decided again on the newer Deployment"
+    assert world.api.applied == [], "nothing raised over the newer Deployment"
+    assert ("status", "inferenceservices") not in world.api.calls
+    cached["metadata"]["resourceVersion"] = world.api.live_version
+    world.deployments.store.upsert(cached)
+    await world.reconcile("a")
+    assert world.deployment_replicas() == [1]
+    assert world.api.applied[0]["metadata"]["resourceVersion"] == world.api.live_version
+
+    world.isvc(isvc("b"))
+    world.deployments.store.upsert({**deployment("b", 1), "metadata": {
+        **deployment("b", 1)["metadata"], "resourceVersion": "3"}})  # fmt: skip
+    await world.reconcile("b")
+    assert world.api.applied[-1]["spec"]["replicas"] == 0
+    assert "resourceVersion" not in world.api.applied[-1]["metadata"]

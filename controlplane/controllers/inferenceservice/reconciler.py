@@ -253,10 +253,20 @@ class InferenceServiceReconciler:
                 lowering = replicas.count < _deployment_replicas(deployment)
                 if lowering and key not in self._lowered:
                     isvc = await self._save_kv_cache(key, isvc)
+                if deployment is not None and replicas.count > _deployment_replicas(deployment):
+                    # A raise is conditional on the Deployment we decided on (docs/faults.md,
+                    # "Fencing"): one held up on its way while a successor lowered or rewrote it
+                    # is refused with 409, never applied over the successor's.
+                    wanted["metadata"]["resourceVersion"] = deployment["metadata"].get(
+                        "resourceVersion"
+                    )
                 try:
                     deployment = await self.client.apply(
                         DEPLOYMENTS, wanted, field_manager=FIELD_MANAGER, force=True
                     )
+                except Conflict:
+                    log.info("%s: raise refused: the Deployment changed since it was read", key)
+                    return Result(requeue=True)
                 except Invalid as err:
                     # spec.pod's pass-through types (affinity, volumes) are validated here, by
                     # the Deployment's schema: say so, and wait for the spec to change.

@@ -1,0 +1,199 @@
+"""The fault harness's plan: which fault, at which point, and the table of what each run saw.
+
+Pure (no I/O): the scenario (:mod:`tests.e2e.faultscenario`) runs one :class:`Injection` at a
+time and reports a :class:`RunResult`; this module says which injections a plan holds and prints
+the table (docs/faults.md).
+
+**Write points come from a run, not from a list.** A fault-free run of the scenario records every
+write each process made during the swap (:class:`~tests.e2e.faultproxy.Write`);
+:func:`write_points` turns that trace into points named by the write's method, resource and the
+member's role in the scenario (``a`` the resident, ``b`` the target), numbered when one kind of
+write happens more than once (``PUT modelpools/pool/status #2``). Writes that are not the swap's
+(events, the operator's own leader-election renewals) are left out: crashing after one is a
+crash at a random moment, which the other points already cover.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from tests.e2e.faultproxy import Write
+
+#: The processes a fault can be injected into.
+OPERATOR: Final = "operator"
+ROUTER: Final = "router-proxy"
+
+#: The patterns (docs/faults.md has what each does and why).
+CRASH_AFTER_WRITE: Final = "crash after write"
+PAUSED_LEADER: Final = "paused leader"
+HELD_EVENTS: Final = "held-back events"
+STALE_VIEW: Final = "stale view"
+
+#: Resources whose writes are not the swap's own.
+NOT_SWAP_WRITES: Final = ("events", "selfsubjectaccessreviews", "selfsubjectrulesreviews")
+
+
+@dataclass(frozen=True)
+class WritePoint:
+    """The ``ordinal``-th write of ``kind`` by ``process`` during the swap."""
+
+    process: str
+    kind: str  # "PATCH deployments/a"
+    ordinal: int  # 1-based
+    example: str = field(default="", compare=False)  # what the reference run's write set
+
+    @property
+    def name(self) -> str:
+        return self.kind if self.ordinal == 1 else f"{self.kind} #{self.ordinal}"
+
+
+def role_name(name: str, roles: dict[str, str]) -> str:
+    """An object's name with the run's names replaced by their roles (``f3-a`` to ``a``)."""
+    for real, role in sorted(roles.items(), key=lambda item: -len(item[0])):
+        name = re.sub(rf"\b{re.escape(real)}\b", role, name)
+    return name
+
+
+#: A replica's demand report is named after its identity's hash (``...-6f0401e027``).
+_REPLICA_HASH = re.compile(r"-[0-9a-f]{10}$")
+
+
+def write_kind(write: Write, roles: dict[str, str]) -> str:
+    """``PATCH deployments/a``, ``PUT modelpools/pool/status``: the write with roles for names."""
+    resource, _, sub = write.resource.partition("/")
+    name = _REPLICA_HASH.sub("-REPLICA", role_name(write.name, roles))
+    path = "/".join(part for part in (resource, name, sub) if part)
+    return f"{write.method} {path}"
+
+
+def is_swap_write(write: Write, operator_lease: str | None) -> bool:
+    """A write of the swap's: not an event or a review, not the leader election's renewal."""
+    if write.resource.split("/")[0] in NOT_SWAP_WRITES:
+        return False
+    return not (operator_lease and write.resource == "leases" and write.name == operator_lease)
+
+
+def write_points(
+    process: str, writes: Iterable[Write], roles: dict[str, str], operator_lease: str | None
+) -> list[WritePoint]:
+    """The points of a reference run's trace, in the order they happened."""
+    seen: dict[str, int] = {}
+    points: list[WritePoint] = []
+    for write in writes:
+        if not write.succeeded or not is_swap_write(write, operator_lease):
+            continue
+        kind = write_kind(write, roles)
+        seen[kind] = seen.get(kind, 0) + 1
+        points.append(WritePoint(process, kind, seen[kind], role_name(write.summary, roles)))
+    return points
+
+
+class PointCounter:
+    """Counts a live run's writes the way :func:`write_points` named them, to find the point."""
+
+    def __init__(self, roles: dict[str, str], operator_lease: str | None) -> None:
+        self.roles, self.operator_lease = roles, operator_lease
+        self.seen: dict[str, int] = {}
+
+    def matches(self, write: Write, point: WritePoint) -> bool:
+        if not write.succeeded or not is_swap_write(write, self.operator_lease):
+            return False
+        kind = write_kind(write, self.roles)
+        self.seen[kind] = self.seen.get(kind, 0) + 1
+        return kind == point.kind and self.seen[kind] == point.ordinal
+
+
+@dataclass(frozen=True)
+class Injection:
+    """One run's fault: a pattern into a process, at a point (a write, or an event kind)."""
+
+    pattern: str
+    process: str
+    point: str
+    write: WritePoint | None = None
+    #: For held-back events and stale views: which resource's events, which event type
+    #: ("" for any), and for how long.
+    resource: str = ""
+    event_type: str = ""
+    hold_seconds: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return f"{self.pattern} | {self.process} | {self.point}"
+
+
+@dataclass
+class RunResult:
+    injection: Injection
+    injected: bool  # the point was reached and the fault happened
+    failures: list[str]
+    seen: str  # one line: what the oracle saw
+    seconds: float
+
+    @property
+    def verdict(self) -> str:
+        if self.failures:
+            return "FAILED"
+        return "ok" if self.injected else "not reached"
+
+
+def event_injections(hold: float) -> list[Injection]:
+    """Held-back events and stale views: the event kinds a swap waits on, into each side."""
+    return [
+        Injection(HELD_EVENTS, OPERATOR, "EndpointSlice events", resource="endpointslices",
+                  hold_seconds=hold),
+        Injection(HELD_EVENTS, OPERATOR, "Pod deletions", resource="pods",
+                  event_type="DELETED", hold_seconds=hold),
+        Injection(HELD_EVENTS, OPERATOR, "Lease updates", resource="leases",
+                  event_type="MODIFIED", hold_seconds=hold),
+        Injection(HELD_EVENTS, ROUTER, "EndpointSlice events", resource="endpointslices",
+                  hold_seconds=hold),
+        Injection(HELD_EVENTS, ROUTER, "Lease updates", resource="leases",
+                  event_type="MODIFIED", hold_seconds=hold),
+        Injection(STALE_VIEW, OPERATOR, "every watch", resource="*", hold_seconds=hold),
+        Injection(STALE_VIEW, ROUTER, "every watch", resource="*", hold_seconds=hold),
+    ]  # fmt: skip
+
+
+def crash_injections(points: Sequence[WritePoint]) -> list[Injection]:
+    return [Injection(CRASH_AFTER_WRITE, p.process, p.name, write=p) for p in points]
+
+
+def pause_injections(points: Sequence[WritePoint]) -> list[Injection]:
+    """The paused leader: the operator's points only (the proxies are not leader-elected)."""
+    return [
+        Injection(PAUSED_LEADER, p.process, p.name, write=p) for p in points
+        if p.process == OPERATOR
+    ]  # fmt: skip
+
+
+def table(results: Sequence[RunResult], defects_found: int | None = None) -> str:
+    """pattern, process, injection point, runs, failures, what the oracle saw; one row each."""
+    rows: dict[str, list[RunResult]] = {}
+    for result in results:
+        rows.setdefault(result.injection.label, []).append(result)
+    lines = [
+        "| pattern | process | injection point | runs | failures | oracle saw |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for label, runs in rows.items():
+        pattern, process, point = label.split(" | ")
+        failed = [r for r in runs if r.failures]
+        reached = [r for r in runs if r.injected]
+        seen = "; ".join(dict.fromkeys(r.seen for r in (failed or runs)))
+        if not reached:
+            seen = f"not reached: {seen}"
+        lines.append(
+            f"| {pattern} | {process} | `{point}` | {len(runs)} | {len(failed)} | {seen} |"
+        )
+    total_failed = sum(1 for r in results if r.failures)
+    lines.append("")
+    lines.append(
+        f"{len(results)} runs, {sum(1 for r in results if r.injected)} with the fault injected, "
+        f"{total_failed} failed"
+        + (f"; {defects_found} real defects found before the fixes" if defects_found else "")
+    )
+    return "\n".join(lines)
