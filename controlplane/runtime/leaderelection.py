@@ -6,9 +6,9 @@
   clock skew between machines cannot make a live holder look expired.
 * Every write carries the ``resourceVersion`` it read: two candidates racing for an expired
   Lease cannot both win; the loser gets ``409 Conflict``.
-* The leader renews every ``retry_period``; if it cannot renew within ``renew_deadline`` it stops
-  leading at once. Since ``renew_deadline < lease_duration``, it has stopped before anyone else
-  can consider the Lease expired.
+* The leader renews every ``retry_period``; if no renewal succeeds within ``renew_deadline`` of
+  the last one, it stops leading. Since ``renew_deadline < lease_duration``, it has stopped before
+  anyone else can consider the Lease expired.
 * On cancellation the leader releases the Lease (empty holder), so a graceful restart hands over
   immediately instead of after ``lease_duration``.
 
@@ -21,8 +21,9 @@ is true only until ``renew_deadline`` after the start of the last renewal that s
 controllers make (:meth:`~controlplane.runtime.client.KubeClient.fenced`). A successor takes over
 no earlier than ``lease_duration`` after it saw that renewal, so a write let through has at least
 ``lease_duration - renew_deadline`` (5 s by default) to reach the API server before anyone else
-leads. A renewal that finds another holder ends the leadership at once instead of retrying until
-the renew deadline.
+leads. The renew loop stops leading on the same judgement, so a leader woken past its deadline
+stops at once, and a renewal that finds another holder ends the leadership at once instead of
+retrying until the renew deadline.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class LeadershipLost(Exception):
 
 
 class LeaseTaken(Exception):
-    """A renewal found another holder: leadership ended (raised inside the renew loop only)."""
+    """A renewal found another holder (raised and handled inside the elector)."""
 
 
 @dataclass
@@ -170,24 +171,19 @@ class LeaderElector:
         self._set_leading(True)
 
     async def _keep_renewing(self) -> None:
-        """Return only when renewal failed for ``renew_deadline``, or found another holder."""
+        """Return once leadership is over: no renewal succeeded before the renew deadline of
+        the last one, or a renewal found another holder. Both are :meth:`holds_lease` turning
+        false, the same judgement the write fence makes, so a leader woken from a pause past its
+        deadline stops without asking the API server."""
         while True:
             await anyio.sleep(self.config.retry_period)
-            renewed = False
-            try:
-                with anyio.move_on_after(self.config.renew_deadline):
-                    while True:
-                        renewed = await self.try_acquire_or_renew(leading=True)
-                        if renewed:
-                            break
-                        await anyio.sleep(self.config.retry_period)
-            except LeaseTaken as taken:
-                self._lost_because = str(taken)
-                log.error("%s: %s", self.config.identity, taken)
-                return
-            if not renewed:
-                self._lost_because = f"not renewed within {self.config.renew_deadline:g} s"
-                log.error("%s: failed to renew the lease in time", self.config.identity)
+            if self.holds_lease():
+                with anyio.move_on_after(self._valid_until - self.clock()):
+                    await self.try_acquire_or_renew(leading=True)
+            if not self.holds_lease():
+                if not self._lost_because:
+                    self._lost_because = f"not renewed within {self.config.renew_deadline:g} s"
+                log.error("%s: %s", self.config.identity, self._lost_because)
                 return
 
     def _set_leading(self, leading: bool) -> None:
@@ -199,11 +195,16 @@ class LeaderElector:
                 self.on_change(leading)
 
     async def try_acquire_or_renew(self, *, leading: bool = False) -> bool:
-        """One attempt; True when we hold the Lease afterwards. Never raises API errors; when
-        ``leading`` and another identity holds the Lease, raises :class:`LeaseTaken`."""
+        """One attempt; True when we hold the Lease afterwards. Never raises API errors. When
+        ``leading`` and another identity holds the Lease, our leadership is over at once:
+        :meth:`holds_lease` is false from then on."""
         started = self.clock()
         try:
             held = await self._try_acquire_or_renew(leading)
+        except LeaseTaken as taken:
+            self._valid_until = float("-inf")
+            self._lost_because = str(taken)
+            return False
         except KubeError as err:
             log.warning("%s: lease attempt failed: %s", self.config.identity, err)
             return False

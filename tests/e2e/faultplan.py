@@ -1,8 +1,8 @@
 """The fault harness's plan: which fault, at which point, and the table of what each run saw.
 
-Pure (no I/O): the scenario (:mod:`tests.e2e.faultscenario`) runs one :class:`Injection` at a
-time and reports a :class:`RunResult`; this module says which injections a plan holds and prints
-the table (docs/faults.md).
+No I/O: the scenario (:mod:`tests.e2e.faultscenario`) runs one :class:`Injection` at a time and
+reports a :class:`RunResult`; this module says which injections a plan holds, how the proxies
+ask one run's injection (:class:`InjectedFault`), and prints the table (docs/faults.md).
 
 **Write points come from a run, not from a list.** A fault-free run of the scenario records every
 write each process made during the swap (:class:`~tests.e2e.faultproxy.Write`);
@@ -16,11 +16,12 @@ crash at a random moment, which the other points already cover.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from tests.e2e.faultproxy import Write
+from tests.e2e.faultproxy import KILL, STOP, Action, Fault, Object, Write
 
 #: The processes a fault can be injected into.
 OPERATOR: Final = "operator"
@@ -31,6 +32,12 @@ CRASH_AFTER_WRITE: Final = "crash after write"
 PAUSED_LEADER: Final = "paused leader"
 HELD_EVENTS: Final = "held-back events"
 STALE_VIEW: Final = "stale view"
+
+#: The scripted swap's timing: the pool's budget, how long the client keeps asking, and how long
+#: the oracle waits for the pool to settle.
+SWAP_BUDGET_SECONDS: Final = 40
+CLIENT_DEADLINE_SECONDS: Final = 90.0
+SETTLE_SECONDS: Final = 45.0
 
 #: Resources whose writes are not the swap's own.
 NOT_SWAP_WRITES: Final = ("events", "selfsubjectaccessreviews", "selfsubjectrulesreviews")
@@ -197,3 +204,43 @@ def table(results: Sequence[RunResult], defects_found: int | None = None) -> str
         + (f"; {defects_found} real defects found before the fixes" if defects_found else "")
     )
     return "\n".join(lines)
+
+
+class InjectedFault(Fault):
+    """The run's :class:`Injection` as the proxies ask it: once, at its point or event."""
+
+    def __init__(self, injection: Injection | None, roles: dict[str, str], lease: str) -> None:
+        self.injection = injection
+        self.counter = PointCounter(roles, lease)
+        self.fired = False
+        self.fired_at = 0.0
+        self.window_end = 0.0
+        self.armed_at = 0.0
+
+    def after_write(self, write: Write) -> Action | None:
+        injection = self.injection
+        if injection is None or injection.write is None or self.fired:
+            return None
+        if not self.counter.matches(write, injection.write):
+            return None
+        self.fired, self.fired_at = True, time.monotonic()
+        return STOP if injection.pattern == PAUSED_LEADER else KILL
+
+    def hold(self, resource: str, event_type: str, obj: Object) -> float:
+        injection = self.injection
+        if injection is None or injection.write is not None:
+            return 0.0
+        now = time.monotonic()
+        if injection.pattern == STALE_VIEW:
+            if not self.fired:
+                self.fired, self.fired_at = True, now
+                self.window_end = now + injection.hold_seconds
+            return max(0.0, self.window_end - now)
+        if resource != injection.resource:
+            return 0.0
+        if injection.event_type and event_type != injection.event_type:
+            return 0.0
+        if not self.fired:
+            self.fired, self.fired_at = True, now
+            self.window_end = now + injection.hold_seconds
+        return max(0.0, self.window_end - now)

@@ -46,20 +46,22 @@ from controlplane.local.system import (
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.errors import NotFound
-from controlplane.runtime.resources import DEPLOYMENTS, LEASES, PODS, ROLE_BINDINGS
+from controlplane.runtime.resources import LEASES, PODS, ROLE_BINDINGS
 from tests.e2e.bodies import pool_body
+from tests.e2e.faultoracle import judge
 from tests.e2e.faultplan import (
+    CLIENT_DEADLINE_SECONDS,
     OPERATOR,
     PAUSED_LEADER,
     ROUTER,
-    STALE_VIEW,
+    SWAP_BUDGET_SECONDS,
+    InjectedFault,
     Injection,
-    PointCounter,
     RunResult,
     WritePoint,
     write_points,
 )
-from tests.e2e.faultproxy import KILL, STOP, Action, Fault, FaultProxy, Object, Write
+from tests.e2e.faultproxy import FaultProxy, Object, Write
 from tests.e2e.invariants import PoolInvariantMonitor
 from tests.e2e.kubectl import REPO
 from tests.e2e.operator_process import LocalProcess
@@ -74,11 +76,8 @@ OPERATOR_FLAGS: Final = (
 )  # fmt: skip
 #: The router-proxy's pool Lease.
 POOL_LEASE_SECONDS: Final = 3
-SWAP_BUDGET_SECONDS: Final = 40
-CLIENT_DEADLINE_SECONDS: Final = 90.0
 #: How long a paused leader stays stopped beyond the moment its successor holds the Lease.
 PAUSE_AFTER_TAKEOVER_SECONDS: Final = 1.0
-SETTLE_SECONDS: Final = 45.0
 
 
 @dataclass
@@ -91,46 +90,6 @@ class Attempt:
     code: str = ""
     error: str = ""
     replica: str = ""
-
-
-class InjectedFault(Fault):
-    """The run's :class:`Injection` as the proxies ask it: once, at its point or event."""
-
-    def __init__(self, injection: Injection | None, roles: dict[str, str], lease: str) -> None:
-        self.injection = injection
-        self.counter = PointCounter(roles, lease)
-        self.fired = False
-        self.fired_at = 0.0
-        self.window_end = 0.0
-        self.armed_at = 0.0
-
-    def after_write(self, write: Write) -> Action | None:
-        injection = self.injection
-        if injection is None or injection.write is None or self.fired:
-            return None
-        if not self.counter.matches(write, injection.write):
-            return None
-        self.fired, self.fired_at = True, time.monotonic()
-        return STOP if injection.pattern == PAUSED_LEADER else KILL
-
-    def hold(self, resource: str, event_type: str, obj: Object) -> float:
-        injection = self.injection
-        if injection is None or injection.write is not None:
-            return 0.0
-        now = time.monotonic()
-        if injection.pattern == STALE_VIEW:
-            if not self.fired:
-                self.fired, self.fired_at = True, now
-                self.window_end = now + injection.hold_seconds
-            return max(0.0, self.window_end - now)
-        if resource != injection.resource:
-            return 0.0
-        if injection.event_type and event_type != injection.event_type:
-            return 0.0
-        if not self.fired:
-            self.fired, self.fired_at = True, now
-            self.window_end = now + injection.hold_seconds
-        return max(0.0, self.window_end - now)
 
 
 @dataclass
@@ -272,7 +231,7 @@ class Run:
             "spec": {"backends": [{"name": "gpu", "poolRef": {"name": self.pool}}]},
         }
         await admin.create(ModelRouter.resource(), router, ns)
-        await eventually(self._resident_is(self.a), timeout=60, what=f"{self.pool} warm")
+        await eventually(self.resident_is(self.a), timeout=60, what=f"{self.pool} warm")
 
         async def rbac() -> bool:
             await admin.get(ROLE_BINDINGS, activation_name(self.router_name), ns)
@@ -295,7 +254,7 @@ class Run:
             group.cancel_scope.cancel()
         if self.fault.fired and self.injection and self.injection.pattern == PAUSED_LEADER:
             await self._paused_leader_gone()
-        return await self._judge()
+        return await judge(self)
 
     async def _paused_leader_gone(self) -> None:
         """Continue the paused leader if the swap ended first, then wait for it to exit: it
@@ -390,83 +349,13 @@ class Run:
 
     # -- the oracle ---------------------------------------------------------------------------
 
-    def _resident_is(self, member: str) -> Any:
+    def resident_is(self, member: str) -> Any:
         async def probe() -> bool:
             pool = await self.h.admin.get(ModelPool.resource(), self.pool, self.h.namespace)
             status = pool.get("status") or {}
             return status.get("residentMember") == member and status.get("phase") == "Ready"
 
         return probe
-
-    async def _judge(self) -> list[str]:
-        failures: list[str] = []
-        admin, ns = self.h.admin, self.h.namespace
-        killed_replicas = {p.name for p in self.router.processes if not p.running()}
-        last = self.attempts[-1] if self.attempts else None
-        if last is None or last.status != 200:
-            failures.append(f"the request for b was not answered 200 in "
-                            f"{CLIENT_DEADLINE_SECONDS:.0f} s: {last}")  # fmt: skip
-        for attempt in self.attempts:
-            took = attempt.ended - attempt.started
-            if attempt.status == 200 and attempt.model != f"model-{self.b}":
-                failures.append(f"200 from {attempt.model}, not b's model")
-            elif attempt.status == 503 and not attempt.retry_after:
-                failures.append(f"503 {attempt.code} without Retry-After")
-            elif attempt.status not in (None, 200, 503):
-                failures.append(f"answered {attempt.status} {attempt.code}")
-            elif attempt.status is None and attempt.replica not in killed_replicas:
-                failures.append(f"no answer from live replica {attempt.replica}: {attempt.error}")
-            if took > SWAP_BUDGET_SECONDS + 10:
-                failures.append(f"an answer took {took:.1f} s, over the budget")
-        try:
-            await eventually(self._resident_is(self.b), timeout=SETTLE_SECONDS,
-                             what=f"{self.pool} settled on b")  # fmt: skip
-        except AssertionError as err:
-            failures.append(str(err))
-        problems = await anyio.to_thread.run_sync(
-            lambda: self.h.monitor.settle(SETTLE_SECONDS, leases_released=True)
-        )
-        failures += [p.describe() for p in problems if p.pool == self.pool]
-        failures += [
-            v.describe() for v in list(self.h.monitor.violations)
-            if v.kind == "overlap" and v.pool == self.pool
-        ]  # fmt: skip
-        a_deployment = await _get(admin, DEPLOYMENTS, self.a, ns)
-        if a_deployment is not None and (a_deployment.get("spec") or {}).get("replicas"):
-            failures.append(f"a's Deployment still wants {a_deployment['spec']['replicas']}")
-        pods = await admin.list(PODS, ns, label_selector=f"{ISVC_LABEL}={self.a}")
-        if pods.items:
-            failures.append(f"a still has pods: {[p['metadata']['name'] for p in pods.items]}")
-        if self.resumed_at is not None and self.paused is not None:
-            failures += self._stale_writes(self.paused)
-            if self.paused.popen.poll() != 1:
-                failures.append(f"the paused leader did not exit 1: {self.paused.popen.poll()}")
-        return failures
-
-    def _stale_writes(self, paused: OperatorProcess) -> list[str]:
-        """What the paused leader wrote after SIGCONT that the API server accepted: any change
-        of state is stale (a refused one, 409, is the API server's fence and no write). Events
-        are state of nobody's; one already past the fence when the pause came is noted."""
-        index = self.operator.processes.index(paused)
-        assert self.resumed_at is not None
-        late = [
-            w for w in self.operator.proxies[index].successful_writes(self.resumed_at)
-            if not (w.resource == "leases" and w.name == self.lease)
-        ]  # fmt: skip
-        events = [w for w in late if w.resource == "events"]
-        if events:
-            self.note(f"{len(events)} event(s) sent as the pause came, delivered after it")
-        refused = [
-            w for w in self.operator.proxies[index].writes
-            if w.at >= self.resumed_at and w.status == 409
-        ]  # fmt: skip
-        if refused:
-            self.note(f"the API server refused {len(refused)} of its writes: "
-                      + ", ".join(w.describe() for w in refused))  # fmt: skip
-        return [
-            f"the paused leader wrote after it was continued: {w.describe()}"
-            for w in late if w.resource != "events"
-        ]  # fmt: skip
 
     def note(self, what: str) -> None:
         self.notes.append(what)
@@ -540,13 +429,6 @@ def _member(name: str) -> Object:
             "replicas": 0,
         },
     }
-
-
-async def _get(admin: KubeClient, resource: Any, name: str, namespace: str) -> Object | None:
-    try:
-        return await admin.get(resource, name, namespace)
-    except NotFound:
-        return None
 
 
 async def _ready(process: LocalProcess, url: str) -> None:

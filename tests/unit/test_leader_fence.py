@@ -9,6 +9,7 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
+import anyio
 import pytest
 
 from controlplane.operator import settings
@@ -16,7 +17,7 @@ from controlplane.runtime import leaderelection
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.errors import NotLeading, TransportError
-from controlplane.runtime.leaderelection import LeaderElectionConfig, LeaderElector, LeaseTaken
+from controlplane.runtime.leaderelection import LeaderElectionConfig, LeaderElector
 from controlplane.runtime.resources import DEPLOYMENTS
 
 
@@ -89,11 +90,28 @@ async def test_a_renewal_that_finds_another_holder_ends_leadership_at_once() -> 
     assert await leader.try_acquire_or_renew()
     leader._set_leading(True)
     server.taken_by("successor")
-    with pytest.raises(LeaseTaken, match="held by successor now"):
-        await leader.try_acquire_or_renew(leading=True)
+    assert not await leader.try_acquire_or_renew(leading=True)
+    assert not leader.holds_lease(), "well inside the renew deadline, yet not leading"
+    with pytest.raises(NotLeading):
+        leader.write_refusal("DELETE", "/x")
     leader._set_leading(False)
     with pytest.raises(NotLeading, match="not leading"):
         leader.write_refusal("DELETE", "/x")
+
+
+@pytest.mark.anyio
+async def test_a_leader_woken_past_its_deadline_stops_without_asking() -> None:
+    """The renew loop ends on the fence's own judgement: after a pause it sends nothing."""
+    server, clock = LeaseServer(), Clock()
+    leader = elector(server, clock)
+    assert await leader.try_acquire_or_renew()
+    leader._set_leading(True)
+    version = server.version
+    clock.now += 60  # paused for a minute
+    with anyio.fail_after(5):
+        await leader._keep_renewing()
+    assert server.version == version, "the woken leader wrote its Lease"
+    assert "not renewed within 10 s" in leader._lost_because
 
 
 def test_the_operator_flags_default_to_the_frameworks_timing() -> None:
