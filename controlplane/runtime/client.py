@@ -78,6 +78,8 @@ class _RawList(msgspec.Struct):
 
     items: list[msgspec.Raw] = msgspec.field(default_factory=list)
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    kind: str = ""
+    apiVersion: str = ""  # noqa: N815 (the API's own name)
 
 
 _RAW_LIST = msgspec.json.Decoder(_RawList)
@@ -97,12 +99,25 @@ class RawPage:
     items: list[msgspec.Raw]
     resource_version: str
     continue_token: str
+    #: The items' ``kind`` and ``apiVersion``, which a list gives once for all (``DeploymentList``)
+    #: and the API server leaves out of each item.
+    item_kind: str = ""
+    api_version: str = ""
 
     def objects(self) -> Iterator[Object]:
-        """Decode the items one by one, releasing each raw slice as it goes."""
+        """Decode the items one by one, releasing each raw slice as it goes. Each gets the
+        ``kind`` and ``apiVersion`` a watch event's object carries, so an object is the same
+        whether a list or a watch brought it (a child compared with what is wanted would
+        otherwise differ until its next change)."""
         for index, raw in enumerate(self.items):
             self.items[index] = _EMPTY_RAW
-            yield _DECODE(raw)
+            obj = _DECODE(raw)
+            if isinstance(obj, dict):
+                if self.item_kind:
+                    obj.setdefault("kind", self.item_kind)
+                if self.api_version:
+                    obj.setdefault("apiVersion", self.api_version)
+            yield obj
 
 
 _EMPTY_RAW = msgspec.Raw(b"null")
@@ -277,7 +292,14 @@ class KubeClient:
                 await self._send("GET", resource.path(namespace), params=params)
             )
             token = str(page.metadata.get("continue") or "")
-            yield RawPage(page.items, str(page.metadata.get("resourceVersion", "")), token)
+            item_kind = page.kind.removesuffix("List") if page.kind.endswith("List") else ""
+            yield RawPage(
+                page.items,
+                str(page.metadata.get("resourceVersion", "")),
+                token,
+                item_kind,
+                page.apiVersion,
+            )
             if not token:
                 return
             # The selectors are not in the token: every page must repeat them (the server would

@@ -9,7 +9,8 @@ Judged once the client has its answer (or gave up), on the run's record
   0 with no pod left;
 * every answer was a 200 from ``b``'s model or a 503 with ``Retry-After``, each within the pool's
   budget; a connection may be cut only by a replica the fault killed;
-* a paused leader, once continued, had no write of state accepted and exited 1.
+* a paused leader, once continued, had no write of state accepted and exited 1;
+* no process wrote a child that a swap never changes (a Service, the router's RBAC).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ async def judge(run: Run) -> list[str]:
     pods = await admin.list(PODS, ns, label_selector=f"{ISVC_LABEL}={run.a}")
     if pods.items:
         failures.append(f"a still has pods: {[p['metadata']['name'] for p in pods.items]}")
+    failures += unchanged_children_written(run)
     if run.resumed_at is not None and run.paused is not None:
         failures += stale_writes(run, run.paused)
         if run.paused.popen.poll() != 1:
@@ -108,3 +110,16 @@ async def _get(admin: KubeClient, resource: Any, name: str, namespace: str) -> O
         return await admin.get(resource, name, namespace)
     except NotFound:
         return None
+
+
+#: Children a swap never changes: a write of one during the swap is a controller that sees a
+#: difference where there is none (after a restart, listed objects once lacked their kind).
+UNCHANGED_BY_A_SWAP = ("services", "serviceaccounts", "roles", "rolebindings")
+
+
+def unchanged_children_written(run: Run) -> list[str]:
+    writes = [
+        w for side in (run.operator, run.router) for w in side.writes()
+        if w.succeeded and w.resource in UNCHANGED_BY_A_SWAP
+    ]  # fmt: skip
+    return [f"a child no swap changes was written: {w.describe()}" for w in writes[:3]]

@@ -39,6 +39,9 @@ SWAP_BUDGET_SECONDS: Final = 40
 CLIENT_DEADLINE_SECONDS: Final = 90.0
 SETTLE_SECONDS: Final = 45.0
 
+#: The fault-free run's pattern.
+NO_FAULT: Final = "none"
+
 #: Resources whose writes are not the swap's own.
 NOT_SWAP_WRITES: Final = ("events", "selfsubjectaccessreviews", "selfsubjectrulesreviews")
 
@@ -191,7 +194,7 @@ def table(results: Sequence[RunResult], defects_found: int | None = None) -> str
         failed = [r for r in runs if r.failures]
         reached = [r for r in runs if r.injected]
         seen = "; ".join(dict.fromkeys(r.seen for r in (failed or runs)))
-        if not reached:
+        if not reached and pattern != NO_FAULT:
             seen = f"not reached: {seen}"
         lines.append(
             f"| {pattern} | {process} | `{point}` | {len(runs)} | {len(failed)} | {seen} |"

@@ -51,6 +51,7 @@ from tests.e2e.bodies import pool_body
 from tests.e2e.faultoracle import judge
 from tests.e2e.faultplan import (
     CLIENT_DEADLINE_SECONDS,
+    NO_FAULT,
     OPERATOR,
     PAUSED_LEADER,
     ROUTER,
@@ -137,7 +138,7 @@ class Harness:
         seen = run.seen(failures)
         return (
             RunResult(
-                injection or Injection("none", "-", "fault-free"),
+                injection or Injection(NO_FAULT, "-", "fault-free"),
                 run.fault.fired,
                 failures,
                 seen,
@@ -384,7 +385,7 @@ class Run:
         return f"answers {' '.join(statuses)}{extra}"
 
     async def cleanup(self) -> None:
-        self.note("cleanup")
+        self.timeline.append((time.monotonic(), "cleanup"))
         for side in (self.router, self.operator):
             for process in side.processes:
                 if process is self.paused:

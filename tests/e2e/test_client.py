@@ -48,6 +48,12 @@ async def test_list_pages_through_continue_tokens(admin: KubeClient, namespace: 
     listed = await admin.list(CONFIGMAPS, namespace, page_size=3, label_selector=mine)
     assert sorted(o["metadata"]["name"] for o in listed.items) == [f"c{i}" for i in range(7)]
     assert listed.resource_version
+    # A listed object is what a watch event would carry: the API server leaves kind and
+    # apiVersion out of a list's items, and a child compared with what a controller wants would
+    # otherwise differ (and be applied again on every reconcile) until its next change.
+    assert {(o["kind"], o["apiVersion"]) for o in listed.items} == {("ConfigMap", "v1")}
+    deployments = await admin.list(DEPLOYMENTS, namespace)
+    assert all(o["kind"] == "Deployment" for o in deployments.items)
 
 
 async def test_create_twice_is_already_exists_and_a_conflict(
