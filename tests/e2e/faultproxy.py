@@ -228,6 +228,8 @@ class FaultProxy:
         body = b""
         while True:
             message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the process died mid-request: the API server would never see it whole
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break

@@ -62,10 +62,11 @@ from tests.e2e.faultplan import (
     WritePoint,
     write_points,
 )
-from tests.e2e.faultproxy import FaultProxy, Object, Write
+from tests.e2e.faultproxy import FaultProxy, Write
 from tests.e2e.invariants import PoolInvariantMonitor
 from tests.e2e.kubectl import REPO
 from tests.e2e.operator_process import LocalProcess
+from tests.e2e.proxies import isvc_body
 from tests.e2e.waiting import eventually
 
 #: The operator's leader election, short so that a crashed leader is replaced within a run.
@@ -222,7 +223,7 @@ class Run:
         for _ in range(operators):
             await self.start_operator()
         for member in (self.a, self.b):
-            await admin.create(InferenceService.resource(), _member(member), ns)
+            await admin.create(InferenceService.resource(), isvc_body(member, 0), ns)
         body = pool_body(self.pool, [self.a, self.b], self.a, f"{SWAP_BUDGET_SECONDS}s")
         await admin.create(ModelPool.resource(), body, ns)
         router = {
@@ -417,19 +418,6 @@ class Run:
 
 async def _exited(process: LocalProcess) -> bool:
     return not process.running()
-
-
-def _member(name: str) -> Object:
-    return {
-        "apiVersion": "inference.modelpool.dev/v1alpha1",
-        "kind": "InferenceService",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {"name": f"model-{name}", "source": f"/models/{name}.gguf"},
-            "args": ["--parallel", "2"],
-            "replicas": 0,
-        },
-    }
 
 
 async def _ready(process: LocalProcess, url: str) -> None:
