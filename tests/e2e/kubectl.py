@@ -54,13 +54,33 @@ def with_image(rendered: str, image: str) -> str:
     return yaml.safe_dump_all(documents)
 
 
+#: The operator Deployment's name in the manifests.
+OPERATOR_DEPLOYMENT = "modelpool-operator"
+#: Operator replicas in the kind tier: a leader and a standby (the manifests ship 1).
+KIND_OPERATOR_REPLICAS = 2
+
+
+def with_operator_replicas(rendered: str, replicas: int) -> str:
+    """``rendered`` manifests with the operator Deployment scaled to ``replicas``."""
+    documents = [doc for doc in yaml.safe_load_all(rendered) if doc]
+    for doc in documents:
+        if doc.get("kind") == "Deployment" and doc["metadata"]["name"] == OPERATOR_DEPLOYMENT:
+            doc["spec"]["replicas"] = replicas
+    return yaml.safe_dump_all(documents)
+
+
 async def install(cluster: TestCluster) -> None:
     """The documented install (`kubectl apply -k manifests/default`), CRDs established. On kind
-    the operator Deployment runs the image built and loaded by the suite, so it really runs."""
+    the operator Deployment runs the image built and loaded by the suite, so it really runs, with
+    :data:`KIND_OPERATOR_REPLICAS` replicas (one leads, the other waits for the Lease). Every
+    install on kind applies the same, so installing again never scales the operator down."""
     if cluster.image is None:
         await kubectl(cluster, "apply", "-k", str(MANIFESTS / "default"))
     else:
         _, rendered, _ = await kubectl(cluster, "kustomize", str(MANIFESTS / "default"))
+        manifests = with_operator_replicas(
+            with_image(rendered, cluster.image), KIND_OPERATOR_REPLICAS
+        )
         await kubectl(
             cluster,
             "apply",
@@ -68,7 +88,7 @@ async def install(cluster: TestCluster) -> None:
             "--force-conflicts",
             "-f",
             "-",
-            stdin=with_image(rendered, cluster.image),
+            stdin=manifests,
         )
     crds = [
         f"crd/{kind.PLURAL}.inference.modelpool.dev"

@@ -41,11 +41,13 @@ from tests.e2e.incluster import (
     OPERATOR_LABEL,
     ROLLOUT_TIMEOUT,
     available_proxies,
+    leader_pod,
     logs,
+    operator_pods,
     wait_available,
 )
 from tests.e2e.invariants import PoolInvariantMonitor
-from tests.e2e.kubectl import kubectl
+from tests.e2e.kubectl import KIND_OPERATOR_REPLICAS, kubectl
 from tests.e2e.operator_rbac import operator_may, without_grant_rules
 from tests.e2e.test_modelrouter import condition, wait_router
 from tests.e2e.waiting import eventually
@@ -85,19 +87,27 @@ async def refused(client: KubeClient, call: Any) -> bool:
 async def test_the_operator_runs_in_the_cluster_from_the_image_as_its_non_root_user(
     admin: KubeClient, cluster: TestCluster, operator_pod: str
 ) -> None:
-    pod = await admin.get(PODS, operator_pod, OPERATOR_NAMESPACE)
-    (container,) = pod["spec"]["containers"]
-    assert container["image"] == cluster.image
-    assert pod["spec"]["serviceAccountName"] == OPERATOR_SERVICE_ACCOUNT
-    (status,) = pod["status"]["containerStatuses"]
-    assert status["ready"] is True
-    _, uid, _ = await kubectl(
-        cluster, "-n", OPERATOR_NAMESPACE, "exec", operator_pod, "--", "id", "-u"
-    )
-    assert uid.strip() == "65532"
+    # Both replicas (the leader and the standby) run the image as the non-root user, and Ready:
+    # a standby's caches sync before it campaigns.
+    pods = await operator_pods(admin)
+    assert len(pods) == KIND_OPERATOR_REPLICAS, pods
+    assert operator_pod in pods, pods
+    for name in pods:
+        pod = await admin.get(PODS, name, OPERATOR_NAMESPACE)
+        (container,) = pod["spec"]["containers"]
+        assert container["image"] == cluster.image
+        assert pod["spec"]["serviceAccountName"] == OPERATOR_SERVICE_ACCOUNT
+        (status,) = pod["status"]["containerStatuses"]
+        assert status["ready"] is True, name
+        _, uid, _ = await kubectl(cluster, "-n", OPERATOR_NAMESPACE, "exec", name, "--", "id", "-u")
+        assert uid.strip() == "65532"
     # The category answers (kubectl exits non-zero on an unknown resource type).
     await kubectl(cluster, "get", "modelpool-all", "-A")
-    assert "acquired lease" in await logs(cluster, OPERATOR_NAMESPACE, OPERATOR_LABEL)
+    # The leader (the Lease's holder) says so; the standby only campaigns.
+    _, leader, _ = await kubectl(
+        cluster, "-n", OPERATOR_NAMESPACE, "logs", operator_pod, "--tail=-1"
+    )
+    assert "acquired lease" in leader
 
 
 async def test_the_happy_path_logs_no_refusal(
@@ -157,6 +167,7 @@ async def test_activation_rbac_follows_the_installed_cluster_role_without_a_rest
     await wait_available(admin, namespace, "denied", 1)
     pod = await admin.get(PODS, operator_pod, OPERATOR_NAMESPACE)
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+    assert await leader_pod(admin) == operator_pod, "the leader changed"
 
 
 def member(name: str, cluster: TestCluster, server: str, source: str) -> dict[str, Any]:

@@ -2,11 +2,13 @@
 
 What differs from :mod:`tests.e2e.test_storm` (which runs the same clients against proxies the
 test starts itself) is where everything runs: the operator from the image under its
-ServiceAccount (a Deployment restarts it when it exits); the router's proxy Deployment with
-:data:`REPLICAS` replicas made by the operator, under the ServiceAccount and activation Role it
-wrote, with their default Lease duration; the members as pods of the simulator image behind a
-real kubelet, Services and kube-proxy. The clients send through a NodePort Service the test
-puts in front of the proxy pods (as a user exposes a router), so kube-proxy picks the replica.
+ServiceAccount, in two replicas (one leads through its Lease, the other waits for it; the
+Deployment restarts a container that exits and replaces a pod that is deleted); the router's
+proxy Deployment with :data:`REPLICAS` replicas made by the operator, under the ServiceAccount
+and activation Role it wrote, with their default Lease duration; the members as pods of the
+simulator image behind a real kubelet, Services and kube-proxy. The clients send through a
+NodePort Service the test puts in front of the proxy pods (as a user exposes a router), so
+kube-proxy picks the replica.
 
 The chaos, in order, under load:
 
@@ -14,12 +16,25 @@ The chaos, in order, under load:
   the API server's pod proxy): its drain is deferred, never forced;
 * the proxy pod holding a pool's Lease mid-swap is deleted with ``--grace-period=0 --force``
   (after its ``/metrics`` is scraped); its Deployment replaces it;
+* the operator's leader pod (the holder of its Lease) is deleted mid-swap with
+  ``--grace-period=0 --force``; the step waits until another running pod holds the Lease (the
+  old leader, told to stop by kubelet, may release it first) and both replicas are Available
+  again, and prints the old and new leader and the seconds between;
+* the operator's leader is paused: mid-swap, its container's main process is SIGSTOPped inside
+  the node (its PID from ``crictl inspect``) until the other replica holds the Lease, which it
+  can take only once the Lease expires, then for :data:`PAUSED_PAST_TAKEOVER` more; SIGCONT
+  always follows. Woken, the old leader is fenced: it sends no write (each refused one is a
+  "refused:" line in its log) and exits 1. The step waits until kubelet has restarted its
+  container and both replicas are Available, asserts that the container ended with exit code 1
+  and that its previous log says "lost lease", and prints the old and new leader, the seconds to
+  the takeover, the exit code and how many writes it refused;
 * kube-apiserver is SIGSTOPped in the node for :data:`FREEZE_SECONDS` mid-swap, then resumed
-  (the operator, whose leader cannot renew, exits and its container is restarted);
+  (an operator leader that cannot renew in time exits, and its container is restarted);
 * every pool-y client asks for the slow member until it is resident.
 
 The judges are the local storm's: every 200 from the model asked, every other answer one the
-design allows, a request cut only by its own client or by the deleted replica (within
+design allows (the time with no operator leader, or a paused one, is a failure window of every
+pool, as the freeze is), a request cut only by its own client or by the deleted replica (within
 :data:`~tests.e2e.test_storm.KILL_AFTERMATH` of its deletion); the invariant monitor reading the
 member pods never saw two members of a pool at once; swaps counted at most once per residency
 change, with only the deleted driver's own swap allowed to go uncounted; at the end the pools
@@ -29,11 +44,13 @@ settle with no Lease held.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Final
 
 import anyio
@@ -48,12 +65,23 @@ from controlplane.router.app import DEFAULT_MAX_BODY_BYTES
 from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import KubeError
-from controlplane.runtime.resources import PODS, SERVICES
+from controlplane.runtime.resources import LEASES, PODS, SERVICES
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
-from tests.e2e.incluster import OPERATOR_LABEL, ROLLOUT_TIMEOUT, wait_available
+from tests.e2e.incluster import (
+    OPERATOR_LABEL,
+    OPERATOR_LEASE,
+    ROLLOUT_TIMEOUT,
+    leader_pod,
+    operator_container,
+    operator_lease_holder,
+    operator_pods,
+    previous_operator_log,
+    wait_available,
+    wait_operator_available,
+)
 from tests.e2e.invariants import PoolInvariantMonitor
-from tests.e2e.kubectl import kubectl
+from tests.e2e.kubectl import KIND_OPERATOR_REPLICAS, kubectl
 from tests.e2e.test_storm import (
     CLIENTS,
     FREEZE_SECONDS,
@@ -84,6 +112,11 @@ REPLICAS: Final = 3
 MEMBER_PORT: Final = 8080
 PROXY_PORT: Final = 8000
 ENTRANCE: Final = "storm-entrance"
+#: How long the paused operator leader stays stopped after another replica holds its Lease.
+PAUSED_PAST_TAKEOVER: Final = 2.0
+#: Until another replica holds the paused leader's Lease: its 15 s duration, the standby's
+#: 2 s retry with jitter, and room for this loaded machine.
+TAKEOVER_TIMEOUT: Final = 60.0
 
 
 @dataclass(frozen=True)
@@ -214,6 +247,44 @@ async def signal_apiserver(cluster: TestCluster, signal: str) -> None:
     await anyio.run_process(["docker", "exec", node_container(cluster), "sh", "-c", script])
 
 
+async def container_pid(cluster: TestCluster, container_id: str) -> int:
+    """The node's PID of a container's main process (``crictl inspect``'s ``info.pid``), from the
+    ``containerID`` a pod's status gives (``containerd://ID``)."""
+    runtime_id = container_id.partition("://")[2] or container_id
+    done = await anyio.run_process(
+        ["docker", "exec", node_container(cluster), "crictl", "inspect", runtime_id]
+    )
+    return int(json.loads(done.stdout)["info"]["pid"])
+
+
+#: What the operator's main process runs (the image's entrypoint with ``operator``).
+OPERATOR_COMMAND: Final = "controlplane operator"
+
+
+async def signal_operator(cluster: TestCluster, pid: int, signal: str) -> bool:
+    """Send ``signal`` to the node's process ``pid`` if its command line is still the operator's
+    (a PID the kernel gave to something else is left alone); whether it was sent."""
+    script = 'tr "\\0" " " </proc/$1/cmdline 2>/dev/null | grep -q "$3" || exit 3; kill -$2 $1'
+    command = ["sh", "-c", script, "sh", str(pid), signal, OPERATOR_COMMAND]
+    done = await anyio.run_process(
+        ["docker", "exec", node_container(cluster), *command], check=False
+    )
+    if done.returncode not in (0, 3):
+        raise RuntimeError(f"kill -{signal} {pid} in the node failed: {done.stderr.decode()}")
+    return done.returncode == 0
+
+
+def logged_at(line: str) -> float | None:
+    """The time (``time.time()``) of a ``kubectl logs --timestamps`` line; None without one."""
+    stamp = line.partition(" ")[0]
+    whole, _, fraction = stamp.removesuffix("Z").partition(".")
+    try:
+        at = datetime.fromisoformat(whole).replace(tzinfo=UTC).timestamp()
+        return at + (float(f"0.{fraction}") if fraction.isdigit() else 0.0)
+    except ValueError:
+        return None
+
+
 async def chaos(cluster: TestCluster, admin: KubeClient, namespace: str, storm: Storm) -> None:
     await anyio.sleep(4)
 
@@ -276,7 +347,16 @@ async def chaos(cluster: TestCluster, admin: KubeClient, namespace: str, storm: 
     await wait_available(admin, namespace, ROUTER_NAME, REPLICAS)
     storm.note(f"{REPLICAS} replicas available again")
 
-    # 3. Freeze kube-apiserver mid-swap.
+    # 3. The operator's leader pod is deleted at once mid-swap; the standby takes over.
+    await anyio.sleep(1)
+    await delete_the_operator_leader(cluster, admin, namespace, storm)
+
+    # 4. The operator's leader is SIGSTOPped mid-swap until the other replica holds its Lease;
+    # continued, it finds the Lease taken and exits 1, and kubelet restarts its container.
+    await anyio.sleep(1)
+    await pause_the_operator_leader(cluster, admin, namespace, storm)
+
+    # 5. Freeze kube-apiserver mid-swap.
     await anyio.sleep(1)
     pool, holder, target = await mid_swap(
         admin, namespace, live=lambda: proxy_pods(admin, namespace), timeout=90
@@ -292,7 +372,7 @@ async def chaos(cluster: TestCluster, admin: KubeClient, namespace: str, storm: 
     storm.windows.append(Window("kube-apiserver frozen", None, stopped, time.monotonic()))
     storm.note("SIGCONT kube-apiserver")
 
-    # 4. Every pool-y client asks for the slow member until it is resident.
+    # 6. Every pool-y client asks for the slow member until it is resident.
     await anyio.sleep(2)
     storm.focus[SLOW_POOL] = SLOW_MEMBER
     storm.note(f"clients of {SLOW_POOL} now ask for {SLOW_MEMBER}")
@@ -308,13 +388,157 @@ async def chaos(cluster: TestCluster, admin: KubeClient, namespace: str, storm: 
         storm.focus.clear()
 
 
-async def operator_restarts(admin: KubeClient) -> int:
-    pods = await admin.list(PODS, OPERATOR_NAMESPACE, label_selector=OPERATOR_LABEL)
-    return sum(
-        int(status.get("restartCount") or 0)
-        for pod in pods.items
-        for status in (pod.get("status") or {}).get("containerStatuses") or ()
+async def delete_the_operator_leader(
+    cluster: TestCluster, admin: KubeClient, namespace: str, storm: Storm
+) -> None:
+    """Mid-swap, delete the operator pod holding the operator's Lease with ``--grace-period=0
+    --force``: its API object goes at once while its container may still run for a moment. Waits
+    until another running pod holds the Lease (from the deletion until then is a :class:`Window`
+    of every pool: no operator reconciles) and the Deployment has its replicas Available again."""
+    old = await leader_pod(admin)
+    standby = [name for name in await operator_pods(admin) if name != old]
+    lease = await admin.get(LEASES, OPERATOR_LEASE, OPERATOR_NAMESPACE)
+    duration = (lease.get("spec") or {}).get("leaseDurationSeconds")
+    pool, holder, target = await mid_swap(
+        admin, namespace, live=lambda: proxy_pods(admin, namespace), timeout=90
     )
+    at = time.monotonic()
+    await kubectl(
+        cluster, "-n", OPERATOR_NAMESPACE, "delete", "pod", old,
+        "--grace-period=0", "--force", "--wait=false",
+    )  # fmt: skip
+    storm.note(f"deleted the operator's leader {old} ({holder} holds {pool} for {target})")
+    released: float | None = None
+    took = at
+
+    async def taken() -> str | None:
+        nonlocal released, took
+        now, found = time.monotonic(), await operator_lease_holder(admin)
+        if not found and released is None:
+            released = now  # the old leader's graceful stop released it
+        if found and found != old and found in await operator_pods(admin):
+            took = now
+            return found
+        return None
+
+    new = await eventually(
+        taken, timeout=ROLLOUT_TIMEOUT, interval=0.1, what=f"a new operator leader after {old}"
+    )
+    storm.windows.append(Window(f"operator leader {old} deleted", None, at, took))
+    how = (
+        f"released by {old} after {released - at:.1f} s"
+        if released is not None
+        else f"not released: taken once it expired (a {duration} s Lease)"
+    )
+    who = "the standby" if new in standby else f"the replacement pod; the standby was {standby}"
+    storm.note(
+        f"operator failover: {new} ({who}) took the Lease {took - at:.1f} s after {old} was "
+        f"deleted; {how}"
+    )
+    await wait_operator_available(admin)
+    storm.note(f"{KIND_OPERATOR_REPLICAS} operator replicas available again")
+
+
+async def pause_the_operator_leader(
+    cluster: TestCluster, admin: KubeClient, namespace: str, storm: Storm
+) -> None:
+    """Mid-swap, SIGSTOP the main process of the leader's operator container (inside the kind
+    node, found by ``crictl inspect``) until another replica holds the Lease by expiry, plus
+    :data:`PAUSED_PAST_TAKEOVER`; SIGCONT always follows. Then waits until kubelet has restarted
+    the old leader's container and both replicas are Available, and asserts that it exited 1 and
+    that its previous log, after the pause, says it lost the Lease (past its renew deadline it
+    stops without asking the API server; a renewal that finds the new holder would say "held
+    by"); the fence's refusals in that log are counted. From SIGSTOP to the restart is a
+    :class:`Window` of every pool; what the woken leader must not have done (a write that raised
+    a second member) the storm's judges check."""
+    old = await leader_pod(admin)
+    container = await operator_container(admin, old)
+    restarts = int(container.get("restartCount") or 0)
+    pid = await container_pid(cluster, str(container.get("containerID") or ""))
+    pool, holder, target = await mid_swap(
+        admin, namespace, live=lambda: proxy_pods(admin, namespace), timeout=90
+    )
+    assert await operator_lease_holder(admin) == old, f"{old} stopped leading before the pause"
+    paused_at, paused_wall = time.monotonic(), time.time()
+    took, new = paused_at, ""
+    try:
+        stopped = await signal_operator(cluster, pid, "STOP")
+        assert stopped, f"{old}'s operator process (pid {pid} in the node) is gone"
+        storm.note(
+            f"SIGSTOP the operator's leader {old} (pid {pid} in the node; {holder} holds {pool} "
+            f"for {target})"
+        )
+
+        async def taken() -> str | None:
+            found = await operator_lease_holder(admin)
+            return found if found and found != old and found in await operator_pods(admin) else None
+
+        new = await eventually(
+            taken, timeout=TAKEOVER_TIMEOUT, interval=0.1, what=f"the Lease of paused {old} taken"
+        )
+        took = time.monotonic()
+        storm.note(f"{new} holds the operator's Lease, {took - paused_at:.1f} s after SIGSTOP")
+        await anyio.sleep(PAUSED_PAST_TAKEOVER)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await signal_operator(cluster, pid, "CONT")
+    continued = time.monotonic()
+    storm.note(f"SIGCONT {old}")
+
+    async def restarted() -> dict[str, object] | None:
+        status = await operator_container(admin, old)
+        return status if int(status.get("restartCount") or 0) > restarts else None
+
+    status = await eventually(
+        restarted, timeout=ROLLOUT_TIMEOUT, interval=0.2, what=f"{old}'s container restarted"
+    )
+    restarted_at = time.monotonic()
+    storm.windows.append(Window(f"operator leader {old} paused", None, paused_at, restarted_at))
+    last = status.get("lastState")
+    terminated = (last.get("terminated") if isinstance(last, dict) else None) or {}
+    exit_code = terminated.get("exitCode")
+
+    woken = [
+        line
+        for line in await previous_operator_log(cluster, old)
+        if (at := logged_at(line)) is not None and at >= paused_wall
+    ]
+    lease = f"{OPERATOR_NAMESPACE}/{OPERATOR_LEASE}"
+    # The process's last words (stderr): "error: <identity> lost lease <lease>: <why>".
+    lost = [line for line in woken if f"lost lease {lease}" in line]
+    # The fence's warning, one per write it refused: "<identity>: PUT <path> refused: <why>".
+    refused = [line for line in woken if " refused: " in line and lease in line]
+    storm.note(
+        f"paused operator leader: {old} -> {new}, Lease taken {took - paused_at:.1f} s after "
+        f"SIGSTOP, SIGCONT at {continued - paused_at:.1f} s; {old}'s container restarted "
+        f"{restarted_at - continued:.1f} s after SIGCONT, exit code {exit_code} "
+        f"({'exited 1' if exit_code == 1 else 'NOT exit 1'}); woken, it refused {len(refused)} "
+        f"write(s) (nothing sent)"
+    )
+    for line in (lost + refused)[:4]:
+        storm.note(f"  {old}: {line.partition(' ')[2][:200]}")
+    tail = "\n".join(woken[-20:])
+    assert lost, f"{old}, woken, did not log that it lost {lease}; its log after the pause:\n{tail}"
+    assert exit_code == 1, f"{old}'s container ended {terminated}, not with exit code 1"
+    await wait_operator_available(admin)
+    storm.note(f"{KIND_OPERATOR_REPLICAS} operator replicas available again")
+
+
+async def operator_restarts(admin: KubeClient) -> dict[str, int]:
+    """Container restarts per operator pod."""
+    pods = await admin.list(PODS, OPERATOR_NAMESPACE, label_selector=OPERATOR_LABEL)
+    return {
+        pod["metadata"]["name"]: sum(
+            int(status.get("restartCount") or 0)
+            for status in (pod.get("status") or {}).get("containerStatuses") or ()
+        )
+        for pod in pods.items
+    }
+
+
+def restarts_since(before: dict[str, int], now: dict[str, int]) -> int:
+    """Restarts since ``before``, over the pods there are now (a new pod's count from 0)."""
+    return sum(count - before.get(name, 0) for name, count in now.items())
 
 
 async def test_swap_storm_in_the_cluster(
@@ -344,6 +568,11 @@ async def test_swap_storm_in_the_cluster(
     live: Counter[tuple[str, str, str]] = Counter()
     for pod in await proxy_pods(admin, namespace):
         live += await pod_swaps(cluster, namespace, pod)
-    storm.operator_restarts = await operator_restarts(admin) - restarts_before
+    restarts_after = await operator_restarts(admin)
+    storm.operator_restarts = restarts_since(restarts_before, restarts_after)
+    by_pod = {
+        name: count - restarts_before.get(name, 0) for name, count in sorted(restarts_after.items())
+    }
+    storm.note(f"operator container restarts by pod: {by_pod}")
     changes = await judge_the_storm(admin, namespace, storm, monitor, live, settle_problems)
     assert sum(changes.values()) >= 4, f"too few swaps to call it a storm: {dict(changes)}"
