@@ -182,15 +182,15 @@ def pause_injections(points: Sequence[WritePoint]) -> list[Injection]:
 
 def table(results: Sequence[RunResult], defects_found: int | None = None) -> str:
     """pattern, process, injection point, runs, failures, what the oracle saw; one row each."""
-    rows: dict[str, list[RunResult]] = {}
+    rows: dict[tuple[str, str, str], list[RunResult]] = {}
     for result in results:
-        rows.setdefault(result.injection.label, []).append(result)
+        injection = result.injection
+        rows.setdefault((injection.pattern, injection.process, injection.point), []).append(result)
     lines = [
         "| pattern | process | injection point | runs | failures | oracle saw |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for label, runs in rows.items():
-        pattern, process, point = label.split(" | ")
+    for (pattern, process, point), runs in rows.items():
         failed = [r for r in runs if r.failures]
         reached = [r for r in runs if r.injected]
         seen = "; ".join(dict.fromkeys(r.seen for r in (failed or runs)))

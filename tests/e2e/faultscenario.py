@@ -65,7 +65,7 @@ from tests.e2e.faultplan import (
 from tests.e2e.faultproxy import FaultProxy, Write
 from tests.e2e.invariants import PoolInvariantMonitor
 from tests.e2e.kubectl import REPO
-from tests.e2e.operator_process import LocalProcess
+from tests.e2e.operator_process import LocalProcess, wait_until_ready
 from tests.e2e.proxies import isvc_body
 from tests.e2e.waiting import eventually
 
@@ -196,7 +196,7 @@ class Run:
         proxy.pid = process.popen.pid
         self.operator.processes.append(process)
         self.h.started.append(process)
-        await _ready(process, f"{process.probe_url}/readyz")
+        await wait_until_ready(process, f"{process.probe_url}/readyz", interval=0.1)
         return process
 
     async def start_router(self, token_kubeconfig: Path) -> RouterProxyProcess:
@@ -211,7 +211,7 @@ class Run:
         proxy.pid = process.popen.pid
         self.router.processes.append(process)
         self.h.started.append(process)
-        await _ready(process, f"{process.url}/readyz")
+        await wait_until_ready(process, f"{process.url}/readyz", interval=0.1)
         self.serving.append(process)
         return process
 
@@ -418,16 +418,3 @@ class Run:
 
 async def _exited(process: LocalProcess) -> bool:
     return not process.running()
-
-
-async def _ready(process: LocalProcess, url: str) -> None:
-    async with httpx.AsyncClient(timeout=5, trust_env=False) as http:
-
-        async def ready() -> bool:
-            assert process.running(), f"{process.name} exited:\n{process.output()[-3000:]}"
-            try:
-                return (await http.get(url)).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        await eventually(ready, timeout=90, interval=0.1, what=f"{process.name} ready")

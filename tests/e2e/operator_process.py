@@ -43,6 +43,7 @@ __all__ = [
     "start_node",
     "start_operator",
     "stopped_at_exit",
+    "wait_until_ready",
 ]
 
 
@@ -83,14 +84,25 @@ async def start_operator(
     kubeconfig = await operator_kubeconfig_for(cluster, admin, workdir / f"{identity}.kubeconfig")
     operator = OperatorProcess(kubeconfig, workdir, lease, identity, cwd=REPO, env=env)
     started.append(operator)
-    async with httpx.AsyncClient(base_url=operator.probe_url) as probes:
+    await wait_until_ready(operator, f"{operator.probe_url}/readyz", timeout=60)
+    return operator
+
+
+async def wait_until_ready(
+    process: LocalProcess, url: str, *, timeout: float = 90, interval: float = 0.2
+) -> None:
+    """Until ``url`` (the process's ``/readyz``) answers 200; fails at once, with the end of its
+    output, if the process exits meanwhile."""
+    async with httpx.AsyncClient(timeout=5, trust_env=False) as http:
 
         async def ready() -> bool:
-            assert operator.running(), "the operator exited"
-            return (await probes.get("/readyz")).status_code == 200
+            assert process.running(), f"{process.name} exited:\n{process.output()[-3000:]}"
+            try:
+                return (await http.get(url)).status_code == 200
+            except httpx.TransportError:
+                return False
 
-        await eventually(ready, timeout=60, interval=0.2, what="the operator to be ready")
-    return operator
+        await eventually(ready, timeout=timeout, interval=interval, what=f"{process.name} ready")
 
 
 class WatchedNode(NodeStandInProcess):

@@ -106,6 +106,7 @@ from tests.e2e.operator_process import (
     service_account_token,
     start_node,
     start_operator,
+    wait_until_ready,
 )
 from tests.e2e.waiting import eventually
 
@@ -310,16 +311,7 @@ class Fleet:
         )  # fmt: skip
         self.started.append(proxy)
         self.all.append(proxy)
-        async with httpx.AsyncClient(timeout=5, trust_env=False) as http:
-
-            async def ready() -> bool:
-                assert proxy.running(), f"{proxy.name} exited:\n{proxy.output()[-3000:]}"
-                try:
-                    return (await http.get(f"{proxy.url}/readyz")).status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            await eventually(ready, timeout=90, interval=0.2, what=f"{proxy.name} ready")
+        await wait_until_ready(proxy, f"{proxy.url}/readyz")
         self.live.append(proxy)
         return proxy
 

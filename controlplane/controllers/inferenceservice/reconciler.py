@@ -251,9 +251,10 @@ class InferenceServiceReconciler:
                 self._lowered.discard(key)  # the cache has caught up with our last lowering
             if needs_apply(deployment, wanted):
                 lowering = replicas.count < _deployment_replicas(deployment)
+                raising = replicas.count > _deployment_replicas(deployment)
                 if lowering and key not in self._lowered:
                     isvc = await self._save_kv_cache(key, isvc)
-                if deployment is not None and replicas.count > _deployment_replicas(deployment):
+                if raising and deployment is not None:
                     # A raise is conditional on the Deployment we decided on (docs/faults.md,
                     # "Fencing"): one held up on its way while a successor lowered or rewrote it
                     # is refused with 409, never applied over the successor's.
