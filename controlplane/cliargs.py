@@ -7,6 +7,7 @@ imports nothing of theirs.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def host_port(text: str) -> tuple[str, int]:
@@ -54,6 +55,14 @@ def positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
     return value
+
+
+def directory(text: str) -> Path:
+    """A folder that exists (and is one)."""
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is not a directory")
+    return path
 
 
 def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -13,6 +13,11 @@ non-2xx answers, at DEBUG for 2xx ones unless ``audit_successes`` (``--audit-suc
 for them at INFO. ``GET /v1/models`` lists the models, ``/healthz``, ``/readyz`` and ``/metrics``
 serve probes and Prometheus.
 
+**API keys** (``ProxyContext.api_keys``, :mod:`controlplane.router.apikeys`): when the router
+asks for one, every ``/v1/`` request is checked first, before its body is read, a span is started
+or anything is held; a refused one is answered 401 ``invalid_api_key`` and counted, and the
+accepted key is not passed on to the member. Without keys the check is one attribute test.
+
 *Why the proxied paths bypass starlette:* the proxy's requests/s is CPU-bound on one core, and
 starlette's router, request object and per-response task group cost about a third of it
 (bench/README.md, "Data path"). Those paths are one ASGI function that hands the method, URL,
@@ -62,6 +67,7 @@ from starlette.types import Receive, Scope, Send
 
 from controlplane.router import metrics
 from controlplane.router.activator import Activator, Notifier
+from controlplane.router.apikeys import ApiKeys, Verdict, check, refusal
 from controlplane.router.errors import (
     MEMBER_ERROR_MAX_BYTES,
     InvalidRequest,
@@ -103,6 +109,9 @@ log = logging.getLogger(__name__)
 tracer = trace.get_tracer("controlplane.router")
 
 PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+#: What an API key guards when the router asks for one: the OpenAI API (``/v1/models`` included);
+#: ``/healthz``, ``/readyz`` and ``/metrics`` stay open to probes and scrapers.
+API_PATH_PREFIX = "/v1/"
 #: Request headers passed upstream (hop-by-hop and length headers are not).
 FORWARDED_REQUEST_HEADERS = ("content-type", "accept", "authorization", "user-agent")
 #: Without tracing the proxy is no hop of the trace: the client's context goes on as it came.
@@ -146,6 +155,9 @@ class ProxyContext:
     #: Seconds between the comments that keep a held streamed request open; 0: no keep-alive
     #: (``--held-stream-keepalive``, :mod:`~controlplane.router.heldstream`).
     held_stream_keepalive: float = DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS
+    #: The API keys accepted now (``--api-keys-dir``, :mod:`~controlplane.router.apikeyfiles`);
+    #: None: no key is asked for.
+    api_keys: Callable[[], ApiKeys] | None = None
 
 
 #: Families the proxy does not expose: it runs no controller and no leader election, but shares
@@ -329,9 +341,21 @@ class ProxyApp:
         self.routing = RoutingTable(context.router, context.pools, context.isvcs)
         self._generation: int | None = None
         self.others = _starlette_app(context)
+        self._api_keys = context.api_keys
+        # The client's key is the proxy's to check, not the member's to see (or log).
+        drop = ("authorization",) if context.api_keys is not None else ()
+        self._forwarded = tuple(h for h in FORWARDED_REQUEST_HEADERS if h not in drop)
+        self._untraced = tuple(h for h in UNTRACED_REQUEST_HEADERS if h not in drop)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
+        if self._api_keys is not None and path.startswith(API_PATH_PREFIX):
+            verdict = check(self._api_keys(), scope["headers"])
+            if verdict is not Verdict.ACCEPTED:
+                # Before the body is read, before any span or hold: a request without a key
+                # never moves the slot, nor fills a trace backend.
+                await _refuse(verdict, send)
+                return
         if scope["type"] != "http" or path not in PROXIED_PATHS:
             await self.others(scope, receive, send)
         elif scope["method"] != "POST":
@@ -533,7 +557,7 @@ class ProxyApp:
         without tracing, no span, and the client's own trace context is passed on as it came."""
         full = url + path
         if not self.context.tracing:
-            sent = {k: v for k, v in headers.items() if k in UNTRACED_REQUEST_HEADERS}
+            sent = {k: v for k, v in headers.items() if k in self._untraced}
             return await self._send(route, url, full, sent, raw)
         attributes = {
             "http.request.method": "POST",
@@ -545,7 +569,7 @@ class ProxyApp:
         with tracer.start_as_current_span(
             "forward", kind=trace.SpanKind.CLIENT, attributes=attributes
         ) as span:
-            sent = {k: v for k, v in headers.items() if k in FORWARDED_REQUEST_HEADERS}
+            sent = {k: v for k, v in headers.items() if k in self._forwarded}
             propagate.inject(sent)  # the member's request carries the forward span's context
             try:
                 upstream = await self._send(route, url, full, sent, raw)
@@ -564,6 +588,13 @@ class ProxyApp:
             return await self.upstream.request("POST", full, headers, raw)
         except UpstreamFailure as err:
             raise upstream_error(route.member, url, err.kind, str(err)) from err
+
+
+async def _refuse(verdict: Verdict, send: Send) -> None:
+    """The 401 for a request without an accepted key, audited (its model is not read)."""
+    err = refusal(verdict)
+    audit("-", err.status, err.code, err.message)
+    await _send_whole(send, err.status, *_json(err.body(), err.headers()))
 
 
 def _json(body: Any, headers: Mapping[str, str]) -> tuple[list[tuple[bytes, bytes]], bytes]:

@@ -1,4 +1,5 @@
-"""``controlplane router-proxy``: flags, settings, and exit codes (77 when the preflight is DENIED).
+"""``controlplane router-proxy``: flags, settings, and exit codes (77 when the preflight is DENIED,
+78 when the API keys' folder cannot be read).
 
 The same three parts as every subcommand: ``add_arguments``, ``settings_from``, ``run``.
 """
@@ -13,9 +14,17 @@ from pathlib import Path
 
 import anyio
 
-from controlplane.cliargs import first_error, host_port, positive_float, positive_int, seconds
+from controlplane.cliargs import (
+    directory,
+    first_error,
+    host_port,
+    positive_float,
+    positive_int,
+    seconds,
+)
 from controlplane.preflight import EXIT_DENIED, PreflightDenied
 from controlplane.router.activator import DEFAULT_MAX_HELD_REQUESTS
+from controlplane.router.apikeyfiles import DEFAULT_RELOAD_INTERVAL_SECONDS, ApiKeyDirError
 from controlplane.router.app import DEFAULT_MAX_BODY_BYTES
 from controlplane.router.demand import (
     DEFAULT_ACTIVITY_WINDOW_SECONDS,
@@ -39,6 +48,9 @@ from controlplane.runtime.requestlimits import (
     DEFAULT_MAX_HEAD_BYTES,
     DEFAULT_MAX_HEADER_COUNT,
 )
+
+#: The API keys' folder could not be read at start (sysexits' ``EX_CONFIG``, as the preflight's).
+EXIT_CONFIG = 78
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -175,6 +187,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"{DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS:g}: off)",
     )
     parser.add_argument(
+        "--api-keys-dir",
+        type=directory,
+        default=None,
+        help="a folder of accepted API keys, one per file (a Secret's volume): every /v1/ request "
+        "must then carry one as 'Authorization: Bearer KEY', else 401 invalid_api_key "
+        "(default: none, no key asked for)",
+    )
+    parser.add_argument(
+        "--api-keys-reload-interval",
+        type=positive_float,
+        default=DEFAULT_RELOAD_INTERVAL_SECONDS,
+        help="seconds between two reads of --api-keys-dir: keys added or removed there are "
+        f"accepted or refused without a restart (default {DEFAULT_RELOAD_INTERVAL_SECONDS:g})",
+    )
+    parser.add_argument(
         "--audit-successes",
         action="store_true",
         help="log each 2xx answer's audit line at INFO (default DEBUG; errors are always INFO)",
@@ -208,6 +235,8 @@ def settings_from(args: argparse.Namespace) -> RouterProxySettings:
         demand_report_duration_seconds=args.demand_report_duration,
         activity_window_seconds=args.activity_window,
         held_stream_keepalive_seconds=args.held_stream_keepalive,
+        api_keys_dir=args.api_keys_dir,
+        api_keys_reload_seconds=args.api_keys_reload_interval,
     )
 
 
@@ -231,4 +260,7 @@ def run(args: argparse.Namespace) -> int:
     except* PreflightDenied as denied:
         print(f"error: {first_error(denied)}", file=sys.stderr)
         code = EXIT_DENIED
+    except* ApiKeyDirError as unreadable:
+        print(f"error: {first_error(unreadable)}", file=sys.stderr)
+        code = EXIT_CONFIG
     return code

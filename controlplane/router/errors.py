@@ -80,6 +80,24 @@ class MethodNotAllowed(ProxyError):
         return {"Allow": self.allow} if self.allow else {}
 
 
+class InvalidApiKey(ProxyError):
+    """The router asks for an API key and the request has none that it accepts (401, as
+    OpenAI answers). The message says whether the key was missing, malformed or wrong, and never
+    repeats what was sent; ``WWW-Authenticate`` names the scheme (RFC 6750's ``error`` when
+    credentials came but were refused)."""
+
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+    def __init__(self, message: str, *, challenge: str = "Bearer") -> None:
+        super().__init__(message)
+        self.challenge = challenge
+
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": self.challenge}
+
+
 class ModelNotFound(ProxyError):
     status = 404
     type = "invalid_request_error"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
@@ -19,6 +20,8 @@ from controlplane.api.v1alpha1.activation import POOL_LABEL
 from controlplane.preflight import Component
 from controlplane.process import default_identity, gate_on_preflight
 from controlplane.router.activator import Activator, Notifier
+from controlplane.router.apikeyfiles import ApiKeyFiles
+from controlplane.router.apikeys import ApiKeys
 from controlplane.router.app import ProxyContext, build_app
 from controlplane.router.demand import DemandReporter, LocalDemand, PoolLeases
 from controlplane.router.errors import request_refusal
@@ -204,6 +207,15 @@ def _upstream(client: str, timeouts: UpstreamTimeouts) -> Upstream:
     return HttpxUpstream(httpx.AsyncHTTPTransport(trust_env=False), timeouts)
 
 
+def _api_keys(manager: Manager, settings: RouterProxySettings) -> Callable[[], ApiKeys] | None:
+    """The keys of ``--api-keys-dir``, re-read by a runnable of the manager; None without."""
+    if settings.api_keys_dir is None:
+        return None
+    files = ApiKeyFiles(settings.api_keys_dir, settings.api_keys_reload_seconds)
+    manager.add(files)
+    return files.current
+
+
 def build_router_proxy(
     settings: RouterProxySettings, *, tracing: bool = True
 ) -> tuple[Manager, Activator]:
@@ -279,6 +291,7 @@ def build_router_proxy(
         audit_successes=settings.audit_successes,
         tracing=tracing,
         held_stream_keepalive=settings.held_stream_keepalive_seconds,
+        api_keys=_api_keys(manager, settings),
     )
     upstream = _upstream(settings.upstream_client, settings.upstream_timeouts)
     sock = bind(*settings.bind_address)

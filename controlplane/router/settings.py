@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controlplane.router.activator import DEFAULT_MAX_HELD_REQUESTS
+from controlplane.router.apikeyfiles import DEFAULT_RELOAD_INTERVAL_SECONDS
 from controlplane.router.app import DEFAULT_MAX_BODY_BYTES
 from controlplane.router.demand import (
     DEFAULT_ACTIVITY_WINDOW_SECONDS,
@@ -83,3 +84,7 @@ class RouterProxySettings:
     #: Seconds between the comments that keep a held streamed request open; 0: off
     #: (:mod:`controlplane.router.heldstream`).
     held_stream_keepalive_seconds: float = DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS
+    #: Where the accepted API keys are, one per file (the Secret's volume); None: no key asked.
+    api_keys_dir: Path | None = None
+    #: Seconds between two reads of ``api_keys_dir`` (rotation without a restart).
+    api_keys_reload_seconds: float = DEFAULT_RELOAD_INTERVAL_SECONDS

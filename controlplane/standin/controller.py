@@ -404,7 +404,7 @@ class NodeStandIn:
                 return
             process = await self.servers.member(pod, container, mounts, env)
         else:
-            process = await self.servers.proxy(pod, container, env)
+            process = await self.servers.proxy(pod, container, mounts, env)
         server.begin(process)
 
     def _locate(self, namespace: str, name: str, container: str) -> LogTarget:

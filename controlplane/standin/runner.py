@@ -9,7 +9,9 @@ writes the status :meth:`PodContainers.status` gives.
 
 * **Volumes** (:func:`~controlplane.standin.volumes.prepare_volumes`) before any container: a
   ``type: File`` hostPath that is missing keeps every container waiting in ``ContainerCreating``
-  with the kubelet's ``FailedMount`` message, tried again on each step.
+  with the kubelet's ``FailedMount`` message, tried again on each step; so does a ``secret``
+  volume whose Secret is missing (:mod:`~controlplane.standin.secretvolumes`), whose files are
+  then rewritten on every step the Secret has changed.
 * **Init containers** (``spec.initContainers``) one at a time, in order; the next starts only
   once the one before exited 0. A failing one is restarted with back-off unless the pod's
   ``restartPolicy`` is ``Never``, in which case the pod fails. The regular containers wait in
@@ -48,6 +50,7 @@ from controlplane.standin.entrypoints import NotRunnable, subcommand_argv
 from controlplane.standin.logfiles import container_log_path
 from controlplane.standin.podstatus import assemble_status, now
 from controlplane.standin.process import CommandProcess, PodProcess
+from controlplane.standin.secretvolumes import MountFailed, sync_secret_volumes
 from controlplane.standin.settings import NodeSettings
 from controlplane.standin.termination import exit_code, termination_file, termination_message
 from controlplane.standin.volumes import (
@@ -148,11 +151,22 @@ class PodContainers:
 
     # -- steps ---------------------------------------------------------------------------------
 
-    def prepare(self, pod: Mapping[str, Any]) -> bool:
-        """The pod's volumes, made or checked; False (every container waiting) until they are."""
+    async def prepare(self, pod: Mapping[str, Any]) -> bool:
+        """The pod's volumes, made or checked; False (every container waiting) until they are.
+        Once they are, its Secret volumes are brought up to date (a Secret that cannot be read
+        then leaves them as they were)."""
         if self.volumes_ready:
+            try:
+                await sync_secret_volumes(self.client, pod, self.roots)
+            except MountFailed as err:
+                self._say(f"{err} (the files stay as they were)")
             return True
         problem = prepare_volumes(pod, self.roots)
+        if problem is None:
+            try:
+                await sync_secret_volumes(self.client, pod, self.roots)
+            except MountFailed as err:
+                problem = str(err)
         if problem is not None:
             self._say(problem)
             for run in [*self.init, *self.containers]:
@@ -165,7 +179,7 @@ class PodContainers:
 
     async def step_init(self, pod: Mapping[str, Any]) -> bool:
         """Advance the init containers; True once all have succeeded."""
-        if not self.prepare(pod):
+        if not await self.prepare(pod):
             return False
         specs = (pod.get("spec") or {}).get("initContainers") or ()
         for spec, run in zip(specs, self.init, strict=True):

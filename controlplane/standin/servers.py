@@ -10,7 +10,8 @@ arguments rewritten to the pod's volumes and a loopback port of the stand-in's c
 slots and context read from them (:func:`~controlplane.standin.builders.server_args`). Either's
 ``--slot-save-path`` is the container path's folder here, made as a kubelet makes a
 ``DirectoryOrCreate`` hostPath. A router-proxy is ``controlplane router-proxy`` as the pod's
-ServiceAccount (:mod:`controlplane.standin.tokens`).
+ServiceAccount (:mod:`controlplane.standin.tokens`), its arguments rewritten to the pod's volumes
+(the API keys' Secret volume).
 """
 
 from __future__ import annotations
@@ -162,10 +163,16 @@ class ServerLauncher:
         return process
 
     async def proxy(
-        self, pod: Mapping[str, Any], container: Mapping[str, Any], env: Mapping[str, str]
+        self,
+        pod: Mapping[str, Any],
+        container: Mapping[str, Any],
+        mounts: Sequence[Mount],
+        env: Mapping[str, str],
     ) -> PodProcess:
         """A router-proxy as the pod's ServiceAccount (a fresh token, as a kubelet mounts one),
-        with its container's arguments, on a free loopback port."""
+        with its container's arguments (paths under a volume, such as ``--api-keys-dir``,
+        pointed at the volume's folder), on a free loopback port."""
+        container = {**container, "args": rewrite_args(container.get("args") or (), mounts)}
         meta = pod["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         account = service_account_of(pod)

@@ -11,8 +11,10 @@ container's arguments to match. What each kind of volume is here:
   claim's files there), created empty when missing. Nothing here binds claims to volumes: the
   claim object is not read, its folder is its volume.
 * ``emptyDir``: a folder of the pod, ``scratch/volumes/NAME``.
-* anything else (``secret``, ``configMap``, ``projected``, ...): not played; a path under it is
-  the container's own filesystem, ``scratch/PATH``.
+* ``secret``: a folder of the pod too, ``scratch/volumes/NAME``, which
+  :mod:`controlplane.standin.secretvolumes` fills with the Secret's keys and keeps up to date.
+* anything else (``configMap``, ``projected``, ...): not played; a path under it is the
+  container's own filesystem, ``scratch/PATH``.
 
 A ``volumeMount`` with ``subPath`` mounts that part of the volume. ``readOnly`` is not enforced:
 the processes run as the stand-in's user. No I/O here except :func:`prepare_volumes`, which makes
@@ -60,7 +62,7 @@ def volume_path(volume: Mapping[str, Any], namespace: str, roots: Roots) -> Path
         return roots.host_root / str(host.get("path") or "").lstrip("/")
     if (claim := volume.get("persistentVolumeClaim")) is not None:
         return roots.pvc_root / namespace / str(claim.get("claimName") or "")
-    if "emptyDir" in volume:
+    if "emptyDir" in volume or "secret" in volume:
         return roots.scratch / "volumes" / str(volume.get("name") or "")
     return None
 

@@ -8,6 +8,7 @@ from typing import Any
 from controlplane.api.v1alpha1 import ModelRouter
 from controlplane.controllers.children import MANAGED_BY_LABEL, SPEC_HASH_ANNOTATION, needs_apply
 from controlplane.controllers.modelrouter.desired import (
+    API_KEYS_DIR,
     PROXY_PORT,
     ROUTER_LABEL,
     activation_rules,
@@ -185,3 +186,21 @@ def test_needs_apply_only_when_something_differs() -> None:
     edited = copy.deepcopy(role)
     edited["rules"] = edited["rules"][:-1]
     assert needs_apply(edited, role)
+
+
+def test_an_api_key_secret_is_mounted_read_only_and_named_to_the_proxy() -> None:
+    body = router().to_dict()
+    body["spec"]["auth"] = {"apiKeySecret": {"name": "chat-keys"}}
+    pod = desired_deployment(ModelRouter.from_dict(body), OWN_IMAGE)["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert {"name": "api-keys", "secret": {"secretName": "chat-keys"}} in pod["volumes"]
+    assert {
+        "name": "api-keys",
+        "mountPath": API_KEYS_DIR,
+        "readOnly": True,
+    } in container["volumeMounts"]
+    assert container["args"][-1] == f"--api-keys-dir={API_KEYS_DIR}"
+
+    open_pod = desired_deployment(router(), OWN_IMAGE)["spec"]["template"]["spec"]
+    assert [v["name"] for v in open_pod["volumes"]] == ["tmp"]
+    assert not any(a.startswith("--api-keys-dir") for a in open_pod["containers"][0]["args"])

@@ -31,6 +31,9 @@ MAX_BACKENDS: Final = 64
 #: A backend name may look like a model name (``llama-3.1-8b``), so dots and underscores are
 #: allowed; it is never used as an object name.
 BACKEND_NAME_PATTERN: Final = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
+#: A Secret's name: a DNS-1123 subdomain (lower-case labels joined by dots), at most 253 long.
+SECRET_NAME_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+SECRET_NAME_MAX_LENGTH: Final = 253
 #: Room for the suffix of the objects a router owns (``<name>-activation`` is 11 characters more).
 ROUTER_NAME_MAX_LENGTH: Final = 52
 
@@ -90,6 +93,31 @@ class ProxySpec(ApiObject):
 
 
 @dataclass(kw_only=True)
+class SecretReference(ApiObject):
+    """A Secret of the router's namespace, by name (a DNS-1123 subdomain, as Secret names are)."""
+
+    name: str | None = api_field(
+        "Name of the Secret, in the router's namespace.",
+        required=True,
+        pattern=SECRET_NAME_PATTERN,
+        min_length=1,
+        max_length=SECRET_NAME_MAX_LENGTH,
+    )
+
+
+@dataclass(kw_only=True)
+class RouterAuth(ApiObject):
+    """Who may use the router: API keys the proxy asks for (docs/router.md, "API keys")."""
+
+    api_key_secret: SecretReference | None = api_field(
+        "Secret whose every data value is one accepted API key, sent as 'Authorization: Bearer "
+        "KEY'; add a key before removing the old one to rotate. Mounted into the proxy pods and "
+        "re-read while they run; a Secret that does not exist keeps them from starting.",
+        required=True,
+    )
+
+
+@dataclass(kw_only=True)
 class ModelRouterSpec(ApiObject):
     """Desired state of a ModelRouter."""
 
@@ -115,6 +143,10 @@ class ModelRouterSpec(ApiObject):
         "Backend for requests that name no model.", max_length=128
     )
     proxy: ProxySpec | None = api_field("The proxy Deployment.", default={})
+    auth: RouterAuth | None = api_field(
+        "Ask every request to /v1/ for an API key; unset, the router is open to whatever can "
+        "reach it."
+    )
 
 
 @dataclass(kw_only=True)

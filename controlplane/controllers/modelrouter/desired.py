@@ -15,7 +15,8 @@ modelpool-operator`` among them, which the informers of the RBAC kinds filter on
 * Deployment ``R-proxy``: ``spec.proxy.replicas`` as is (no replica pin: replicas elect one swap
   driver per pool through a Lease), ``spec.proxy.image``, ``router-proxy --router R --namespace
   NS``; traffic, ``/healthz``, ``/readyz`` and ``/metrics`` on ``http`` (:data:`PROXY_PORT`,
-  the proxy's default bind address), hardened like the operator;
+  the proxy's default bind address), hardened like the operator; with ``spec.auth.apiKeySecret``,
+  that Secret as a read-only volume at :data:`API_KEYS_DIR` and ``--api-keys-dir`` pointing there;
 * Service ``R``: ClusterIP, port 80 to ``http``. ``status.endpoint`` is ``http://R.NS.svc``.
 """
 
@@ -57,6 +58,10 @@ SERVICE_PORT: Final = 80
 TMP_VOLUME: Final = "tmp"
 TMP_SIZE_LIMIT: Final = "64Mi"
 CACHE_HOME: Final = "/tmp/cache"
+#: ``spec.auth.apiKeySecret`` is mounted here, read-only (the kubelet keeps it up to date), and
+#: the proxy told so with ``--api-keys-dir``: the operator itself never reads the Secret.
+API_KEYS_VOLUME: Final = "api-keys"
+API_KEYS_DIR: Final = "/etc/modelpool/api-keys"
 #: The operator image's unprivileged user.
 RUN_AS_USER: Final = 65532
 #: Used when ``spec.proxy.resources`` is not given.
@@ -163,8 +168,32 @@ def desired_role_binding(router: ModelRouter) -> dict[str, Any]:
     )
 
 
+def api_key_secret(router: ModelRouter) -> str | None:
+    """The Secret of the router's API keys, None when it asks for none."""
+    auth = router.spec.auth
+    secret = auth.api_key_secret if auth is not None else None
+    return secret.name if secret is not None and secret.name else None
+
+
 def proxy_args(router: ModelRouter) -> list[str]:
-    return [PROXY_NAME, "--router", router.name or "", "--namespace", router.namespace or ""]
+    args = [PROXY_NAME, "--router", router.name or "", "--namespace", router.namespace or ""]
+    if api_key_secret(router) is not None:
+        args.append(f"--api-keys-dir={API_KEYS_DIR}")
+    return args
+
+
+def _volumes(router: ModelRouter) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pod's volumes and the container's mounts: the tmp emptyDir, and the API keys'
+    Secret when the router names one. The Secret is not ``optional``: a router whose Secret is
+    missing has no proxy serving (the kubelet's FailedMount), never an open one."""
+    volumes: list[dict[str, Any]] = [
+        {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": TMP_SIZE_LIMIT}}
+    ]
+    mounts: list[dict[str, Any]] = [{"name": TMP_VOLUME, "mountPath": "/tmp"}]
+    if (secret := api_key_secret(router)) is not None:
+        volumes.append({"name": API_KEYS_VOLUME, "secret": {"secretName": secret}})
+        mounts.append({"name": API_KEYS_VOLUME, "mountPath": API_KEYS_DIR, "readOnly": True})
+    return volumes, mounts
 
 
 def desired_replicas(router: ModelRouter) -> int:
@@ -197,6 +226,7 @@ def desired_deployment(router: ModelRouter, default_image: str) -> dict[str, Any
     ``spec.proxy.image``, else ``default_image`` (the operator's own)."""
     name = router.name or ""
     image = (router.spec.proxy.image if router.spec.proxy is not None else None) or default_image
+    volumes, mounts = _volumes(router)
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": image,
@@ -218,7 +248,7 @@ def desired_deployment(router: ModelRouter, default_image: str) -> dict[str, Any
             "runAsNonRoot": True,
             "capabilities": {"drop": ["ALL"]},
         },
-        "volumeMounts": [{"name": TMP_VOLUME, "mountPath": "/tmp"}],
+        "volumeMounts": mounts,
     }
     return with_spec_hash(
         {
@@ -243,9 +273,7 @@ def desired_deployment(router: ModelRouter, default_image: str) -> dict[str, Any
                             "seccompProfile": {"type": "RuntimeDefault"},
                         },
                         "containers": [container],
-                        "volumes": [
-                            {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": TMP_SIZE_LIMIT}}
-                        ],
+                        "volumes": volumes,
                     },
                 },
             },
