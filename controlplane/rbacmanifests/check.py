@@ -64,13 +64,15 @@ class Declarations:
 
 
 def load_documents(paths: Iterable[Path]) -> list[dict[str, Any]]:
-    """Every object in the YAML files under ``paths`` (``kind: List`` items unpacked)."""
+    """Every object in the YAML files under ``paths`` (``kind: List`` items unpacked). YAML that
+    is not a Kubernetes object (no ``kind``: the Prometheus rules file in manifests/monitoring)
+    is skipped."""
     documents: list[dict[str, Any]] = []
     for path in paths:
         files = sorted(path.rglob("*.y*ml")) if path.is_dir() else [path]
         for file in files:
             for document in yaml.safe_load_all(file.read_text()):
-                if isinstance(document, dict):
+                if isinstance(document, dict) and "kind" in document:
                     items = document.get("items") if document.get("kind") == "List" else None
                     documents.extend(items if isinstance(items, list) else [document])
     return documents

@@ -9,6 +9,8 @@ Endpoints (as llama-server has them, plus one admin endpoint for tests):
   ``--slot-save-path`` (:mod:`controlplane.sim.slotcache`, which also makes a cached prompt
   prefix show in ``timings.cache_n``).
 - ``GET /v1/models`` (and ``/models``): the served model.
+- ``GET /metrics``: llama-server's Prometheus metrics (:mod:`controlplane.sim.metrics`) with
+  ``--metrics``; 501 without it.
 - ``POST /v1/chat/completions`` (and ``/chat/completions``): OpenAI chat completions, streamed
   as server-sent events when ``stream`` is true.
 - ``GET|POST /sim/slots-mode``: read or switch the ``/slots`` mode at run time
@@ -41,6 +43,7 @@ from controlplane.sim import payloads
 from controlplane.sim.chatrequest import ChatRequest, parse_chat_request
 from controlplane.sim.errors import (
     InvalidRequest,
+    MetricsEndpointDisabled,
     ModelLoading,
     NoSlotAvailable,
     RouteNotFound,
@@ -49,6 +52,7 @@ from controlplane.sim.errors import (
     SlotsEndpointDisabled,
 )
 from controlplane.sim.faults import faulty_answer
+from controlplane.sim.metrics import CONTENT_TYPE, METRICS_DISABLED_MESSAGE, ServerMetrics
 from controlplane.sim.model import SimulatedModel
 from controlplane.sim.settings import AnswerMode, SlotsMode
 from controlplane.sim.slotcache import SlotActions, SlotCaches, account_cache, message_tokens
@@ -84,6 +88,7 @@ class SimulatorEndpoints:
         #: ``created`` of the served model: when this server started.
         self.started = int(time.time())
         self.caches = SlotCaches(self.settings.slots)
+        self.metrics = ServerMetrics()
         self.slot_actions = SlotActions(
             model,
             self.caches,
@@ -129,6 +134,17 @@ class SimulatorEndpoints:
             ]
         )
 
+    async def prometheus_metrics(self, _: Request) -> Response:
+        self._require_loaded()
+        if not self.settings.metrics_endpoint:
+            raise MetricsEndpointDisabled(METRICS_DISABLED_MESSAGE)
+        processing = sum(1 for slot in self.model.slots() if slot.processing)
+        body = self.metrics.render(processing=processing, deferred=self.model.waiting)
+        # llama-server says when it started, in this header of its own. The content type is
+        # given as a header: as a media type, starlette would append a charset llama-server omits.
+        headers = {"content-type": CONTENT_TYPE, "Process-Start-Time-Unix": str(self.started)}
+        return Response(body, headers=headers)
+
     async def slot_action(self, request: Request) -> Response:
         return await self.slot_actions.handle(request, JSONBody)
 
@@ -145,7 +161,7 @@ class SimulatorEndpoints:
     async def chat_completions(self, request: Request) -> Response:
         self._require_loaded()
         chat = parse_chat_request(await request.body())
-        completion = _Completion(self.model, chat, self.caches)
+        completion = _Completion(self.model, chat, self.caches, self.metrics)
         mode = self.model.answer_mode
         if mode is not AnswerMode.NORMAL:
             return faulty_answer(
@@ -176,11 +192,14 @@ class SimulatorEndpoints:
 class _Completion:
     """One chat completion: planned up front, generated while holding a slot."""
 
-    def __init__(self, model: SimulatedModel, chat: ChatRequest, caches: SlotCaches) -> None:
+    def __init__(
+        self, model: SimulatedModel, chat: ChatRequest, caches: SlotCaches, metrics: ServerMetrics
+    ) -> None:
         settings = model.settings
         self.model = model
         self.chat = chat
         self.caches = caches
+        self.metrics = metrics
         self.prompt = message_tokens(chat.contents)
         self.prompt_tokens = count_prompt_tokens(chat.contents)
         self.reply = plan_reply(
@@ -208,10 +227,19 @@ class _Completion:
                 pass
             seconds = self.model.clock.now() - started
             self.caches.remember(slot.id, self.prompt, self.reply.tokens, cached)
+            self._record(cached, seconds)
         body = payloads.chat_completion(
             self.meta, self.reply, prompt_tokens=self.prompt_tokens, seconds=seconds
         )
         return account_cache(body, cached)
+
+    def _record(self, cached: int, seconds: float) -> None:
+        """Count the completion in ``/metrics``, while its slot is still held."""
+        busy = sum(1 for slot in self.model.slots() if slot.processing)
+        produced = len(self.reply.tokens)
+        prompt = self.prompt_tokens
+        self.metrics.record(prompt=prompt, cached=cached, predicted=produced, seconds=seconds,
+                            busy=busy)  # fmt: skip
 
     async def whole_bytes(self) -> AsyncIterator[bytes]:
         """:meth:`whole` as the bytes it is sent as."""
@@ -234,6 +262,7 @@ class _Completion:
                 yield sse_event(payloads.chunk(meta, {"content": token}))
             seconds = self.model.clock.now() - started
             self.caches.remember(slot.id, self.prompt, self.reply.tokens, cached)
+            self._record(cached, seconds)
         produced = len(self.reply.tokens)
         timings = payloads.timings(self.prompt_tokens, produced, seconds)
         finish = payloads.chunk(
@@ -288,6 +317,7 @@ def build_app(model: SimulatedModel) -> Starlette:
         Route("/slots/{id_slot}", endpoints.slot_action, methods=["POST"]),
         Route("/v1/models", endpoints.models, methods=["GET"]),
         Route("/models", endpoints.models, methods=["GET"]),
+        Route("/metrics", endpoints.prometheus_metrics, methods=["GET"]),
         Route("/v1/chat/completions", endpoints.chat_completions, methods=["POST"]),
         Route("/chat/completions", endpoints.chat_completions, methods=["POST"]),
         Route("/sim/slots-mode", endpoints.slots_mode, methods=["GET", "POST"]),

@@ -102,6 +102,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="folder for POST /slots/{id}?action=save|restore, as llama-server's",
     )
     parser.add_argument(
+        "--metrics", action="store_true", help="serve llama-server's Prometheus /metrics"
+    )
+    parser.add_argument(
         "--slot-restore-delay",
         type=seconds,
         default=0.0,
@@ -135,6 +138,7 @@ def settings_from(args: argparse.Namespace) -> SimSettings:
         slot_restore_delay_seconds=args.slot_restore_delay,
         answer_mode=AnswerMode(args.answer_mode),
         stall_seconds=args.stall_seconds,
+        metrics_endpoint=args.metrics,
     )
 
 

@@ -57,6 +57,13 @@ class SlotsEndpointDisabled(SimError):
     error_type = "not_supported_error"
 
 
+class MetricsEndpointDisabled(SimError):
+    """``/metrics`` on a server started without ``--metrics``."""
+
+    status = 501
+    error_type = "not_supported_error"
+
+
 class ModelLoading(SimError):
     """Any model endpoint while the model is still loading."""
 

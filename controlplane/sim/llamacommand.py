@@ -36,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--slot-save-path", default=None, help="folder for slot save/restore")
     parser.add_argument("--no-slots", action="store_true", help="/slots answers 501")
+    parser.add_argument("--metrics", action="store_true", help="serve /metrics (else 501)")
     for flag in IGNORED_WITH_VALUE:
         parser.add_argument(flag, dest="ignored_" + flag.strip("-"), default=None)
     parser.add_argument("--sim-load-seconds", type=seconds, default=0.0)
@@ -60,6 +61,7 @@ def settings_from(args: argparse.Namespace) -> SimSettings:
         n_ctx=max(per_slot, 1),
         slots_endpoint=not args.no_slots,
         slot_save_path=save_path,
+        metrics_endpoint=args.metrics,
     )
 
 

@@ -92,6 +92,8 @@ class SimSettings:
     slot_restore_delay_seconds: float = 0.0
     answer_mode: AnswerMode = AnswerMode.NORMAL
     stall_seconds: float = DEFAULT_STALL_SECONDS
+    #: llama-server's ``--metrics``: serve ``/metrics``; without it ``/metrics`` answers 501.
+    metrics_endpoint: bool = False
 
     def __post_init__(self) -> None:
         if self.slots < 1:

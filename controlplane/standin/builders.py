@@ -84,6 +84,8 @@ LOAD_SECONDS_ARG: Final = "--sim-load-seconds"
 #: this long (a restore that does not answer, for tests of its bound).
 RESTORE_DELAY_ARG: Final = "--sim-slot-restore-seconds"
 SLOT_SAVE_PATH_ARG: Final = "--slot-save-path"
+#: llama-server's flag for its Prometheus ``/metrics``, passed on to a simulator.
+METRICS_ARG: Final = "--metrics"
 #: Arguments only the stand-in understands: a real llama-server must not be given them.
 STANDIN_ONLY_ARGS: Final = (LOAD_SECONDS_ARG, RESTORE_DELAY_ARG)
 POD_TEMPLATE_HASH_LABEL: Final = "pod-template-hash"
@@ -168,12 +170,15 @@ class ServerArgs:
     slot_save_path: str | None = None
     #: ``--sim-slot-restore-seconds``: each slot restore hangs this long first.
     restore_delay_seconds: float | None = None
+    #: ``--metrics``: serve llama-server's ``/metrics`` (the operator gives every member this).
+    metrics: bool = False
 
 
 def server_args(container: Mapping[str, Any], fallback_name: str) -> ServerArgs:
     """``--alias`` (else the ``--model`` file's stem) names the model; ``--parallel`` gives the
     slots and ``--ctx-size`` is shared between them, as llama-server does; ``--sim-load-seconds``
-    (a non-negative number) overrides the node's load time for this member."""
+    (a non-negative number) overrides the node's load time for this member; ``--metrics`` is
+    passed on."""
     args = [str(a) for a in container.get("args") or ()]
     model = _flag(args, "--alias", "-a")
     if not model:
@@ -190,6 +195,7 @@ def server_args(container: Mapping[str, Any], fallback_name: str) -> ServerArgs:
         _non_negative(_flag(args, LOAD_SECONDS_ARG)),
         _flag(args, SLOT_SAVE_PATH_ARG) or None,
         _non_negative(_flag(args, RESTORE_DELAY_ARG)),
+        METRICS_ARG in args,
     )
 
 

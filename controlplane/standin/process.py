@@ -87,6 +87,7 @@ def simulator_argv(
     ctx_size: int | None = None,
     slot_save_path: Path | None = None,
     slot_restore_delay: float | None = None,
+    metrics: bool = False,
 ) -> list[str]:
     argv = [
         sys.executable, "-m", "controlplane.cli", "sim", "--host", host, "--port", "0",
@@ -99,6 +100,8 @@ def simulator_argv(
         argv += ["--slot-save-path", str(slot_save_path)]
     if slot_restore_delay is not None:
         argv += ["--slot-restore-delay", str(slot_restore_delay)]
+    if metrics:
+        argv.append("--metrics")
     return argv
 
 

@@ -152,6 +152,7 @@ class ServerLauncher:
             ctx_size=args.ctx_size,
             slot_save_path=save_path,
             slot_restore_delay=args.restore_delay_seconds,
+            metrics=args.metrics,
         )
         process = SimulatorProcess(argv, self._log(pod, container), env=self._member_env(pod, env))
         try:

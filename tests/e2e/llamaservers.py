@@ -80,11 +80,13 @@ async def serve(
     slot_context: int = 2048,
     model: TinyModelSpec | None = None,
     load_seconds: float = 0.0,
+    metrics: bool = False,
 ) -> AsyncIterator[RunningServer]:
     """One running server; stopped (SIGTERM, then SIGKILL) on the way out.
 
     ``model`` is the real server's model (default: the tiny one with a context of
-    ``slot_context``); ``load_seconds`` is the simulator's load time."""
+    ``slot_context``); ``load_seconds`` is the simulator's load time; ``metrics`` starts either
+    with ``--metrics`` (``/metrics`` served)."""
     log = tmp_path / f"{kind.value}.log"
     port = 0
     if kind is ServerKind.SIMULATOR:
@@ -101,6 +103,8 @@ async def serve(
             "--parallel", str(slots), "--ctx-size", str(slots * slot_context), "--threads", "1",
             "--host", "127.0.0.1", "--port", str(port),
         ]  # fmt: skip
+    if metrics:
+        argv.append("--metrics")
     with log.open("wb") as stderr:
         process = await anyio.open_process(
             argv,

@@ -145,8 +145,8 @@ async def test_isvc_serves_stops_and_comes_back(
     assert spec["strategy"] == {"type": "Recreate"}
     assert spec["selector"] == {"matchLabels": {ISVC_LABEL: name}}
     (container,) = spec["template"]["spec"]["containers"]
-    assert container["args"] == ["--model", "/models/tiny.gguf", "--alias", MODEL,
-                                 "--host", "0.0.0.0", "--port", "8080", *args]  # fmt: skip
+    assert container["args"] == ["--model", "/models/tiny.gguf", "--alias", MODEL, "--host",
+                                 "0.0.0.0", "--port", "8080", "--metrics", *args]  # fmt: skip
     assert container["ports"][0]["containerPort"] == 8080
     assert container["resources"] == {"limits": {"memory": "1Gi"}}
     assert container["readinessProbe"]["httpGet"]["path"] == "/health"

@@ -26,6 +26,7 @@ import pytest
 from controlplane.envtest.tinymodel import TinyModelSpec
 from controlplane.probes.idle import IdleOutcome
 from controlplane.probes.llamacpp import SlotsProbe
+from controlplane.sim.metrics import COUNTERS, GAUGES, parse_text
 from tests.e2e.llamaservers import RunningServer, ServerKind, serve
 
 # Marked here, not only by conftest after collection: anyio must see the mark while pytest
@@ -325,3 +326,43 @@ async def test_an_unknown_path_is_a_404_in_the_error_envelope(server: RunningSer
         404,
         {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}},
     )
+
+
+async def test_metrics_without_the_flag_is_a_501_in_the_error_envelope(
+    server: RunningServer,
+) -> None:
+    async with httpx.AsyncClient(timeout=10.0) as client:
+        response = await client.get(f"{server.url}/metrics")
+    message = "This server does not support metrics endpoint. Start it with `--metrics`"
+    assert (response.status_code, response.json()) == (
+        501,
+        {"error": {"code": 501, "message": message, "type": "not_supported_error"}},
+    )
+
+
+@KINDS
+async def test_metrics_with_the_flag_are_the_same_families_counting_the_same_tokens(
+    server_kind: ServerKind, tmp_path: Path
+) -> None:
+    """What the members' PodMonitor scrapes (the operator starts members with --metrics): the
+    simulator's families, types and order are the real server's, and both count a completion's
+    generated tokens."""
+    async with serve(server_kind, tmp_path, metrics=True) as running:
+        await running.wait_ready()
+        async with httpx.AsyncClient(timeout=60.0) as client:
+            answer = await client.post(
+                f"{running.url}/v1/chat/completions", json=chat(stream=False, max_tokens=5)
+            )
+            assert answer.status_code == 200, answer.text
+            response = await client.get(f"{running.url}/metrics")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "text/plain; version=0.0.4"
+    assert int(response.headers["process-start-time-unix"]) > 0
+    families = parse_text(response.text)
+    expected = [(f"llamacpp:{name}", "counter") for name, _ in COUNTERS] + [
+        (f"llamacpp:{name}", "gauge") for name, _ in GAUGES
+    ]
+    assert [(name, kind) for name, (kind, _) in families.items()] == expected
+    assert families["llamacpp:tokens_predicted_total"][1] == 5
+    assert families["llamacpp:prompt_tokens_total"][1] > 0
+    assert families["llamacpp:requests_processing"][1] == 0

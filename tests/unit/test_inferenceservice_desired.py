@@ -36,14 +36,23 @@ def test_deployment_runs_llama_server_with_the_model_alias_port_and_extra_args()
     wanted = desired_deployment(isvc(args=["--ctx-size", "8192"], port=9000))
     (container,) = wanted["spec"]["template"]["spec"]["containers"]
     assert container["name"] == "server"
-    expected = ["--model", "/m/llama.gguf", "--alias", "llama-3-8b",
-                "--host", "0.0.0.0", "--port", "9000", "--ctx-size", "8192"]  # fmt: skip
+    expected = ["--model", "/m/llama.gguf", "--alias", "llama-3-8b", "--host", "0.0.0.0",
+                "--port", "9000", "--metrics", "--ctx-size", "8192"]  # fmt: skip
     assert container["args"] == expected
     assert container["ports"] == [{"name": "http", "containerPort": 9000, "protocol": "TCP"}]
     assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     assert container["livenessProbe"]["initialDelaySeconds"] >= 300, "model loads take minutes"
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_metrics_is_given_once_even_when_the_user_asks_for_it_too() -> None:
+    """The members' PodMonitor scrapes llama-server's /metrics, which needs ``--metrics``."""
+    (container,) = desired_deployment(isvc(args=["--metrics", "-np", "2"]))["spec"]["template"][
+        "spec"
+    ]["containers"]
+    assert container["args"].count("--metrics") == 1
+    assert container["args"][-3:] == ["--metrics", "-np", "2"]
 
 
 @pytest.mark.parametrize(("replicas", "expected"), [(None, 1), (1, 1), (0, 0)])
@@ -61,6 +70,7 @@ def test_deployment_is_recreate_owned_labelled_and_selected_by_the_isvc_label() 
         "app.kubernetes.io/name": "llama-server",
         "app.kubernetes.io/instance": "llama",
         "app.kubernetes.io/managed-by": "modelpool-operator",
+        "app.kubernetes.io/component": "member",
         ISVC_LABEL: "llama",
     }
     assert wanted["metadata"]["labels"] == labels

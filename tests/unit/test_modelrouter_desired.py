@@ -80,6 +80,7 @@ def test_every_child_is_owned_labelled_and_named() -> None:
         assert meta["ownerReferences"] == [OWNER]
         assert meta["labels"][MANAGED_BY_LABEL] == "modelpool-operator"
         assert meta["labels"][ROUTER_LABEL] == "chat"
+        assert meta["labels"]["app.kubernetes.io/component"] == "router-proxy"
         assert SPEC_HASH_ANNOTATION in meta["annotations"]
 
 

@@ -31,6 +31,7 @@ def test_every_knob_reaches_the_settings() -> None:
             "--legacy-slots",
             "--slots-mode=slow",
             "--slow-slots-seconds=9",
+            "--metrics",
         ]
     )
     assert settings_from(args) == SimSettings(
@@ -46,6 +47,7 @@ def test_every_knob_reaches_the_settings() -> None:
         legacy_slots=True,
         slots_mode=SlotsMode.SLOW,
         slow_slots_seconds=9.0,
+        metrics_endpoint=True,
     )
 
 

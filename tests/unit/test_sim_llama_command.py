@@ -24,6 +24,11 @@ def test_the_operators_arguments_give_the_served_name_address_and_slots() -> Non
     assert (settings.slots, settings.n_ctx) == (2, 2048)
 
 
+def test_metrics_serves_metrics_as_the_operator_starts_every_member() -> None:
+    assert parse("--model", "m.gguf", "--metrics").metrics_endpoint is True
+    assert parse("--model", "m.gguf").metrics_endpoint is False
+
+
 def test_without_an_alias_the_model_files_stem_names_it() -> None:
     assert parse("-m", "/models/llama-3-8b.Q4.gguf").model_name == "llama-3-8b.Q4"
 

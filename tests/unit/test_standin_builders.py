@@ -86,6 +86,7 @@ def deployment(replicas: int | None = 1, generation: int = 4) -> dict[str, Any]:
             ["--slot-save-path", "/kv", "--sim-slot-restore-seconds", "30"],
             ServerArgs("fallback", 1, None, None, "/kv", 30.0),
         ),
+        (["--alias", "a", "--metrics"], ServerArgs("a", 1, None, metrics=True)),
     ],
 )
 def test_server_args_come_from_llama_server_flags(args: list[str], expected: ServerArgs) -> None:

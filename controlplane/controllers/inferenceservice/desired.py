@@ -20,6 +20,7 @@ from controlplane.api.v1alpha1 import InferenceService
 from controlplane.api.v1alpha1.inferenceservice import DEFAULT_IMAGE, DEFAULT_PORT
 from controlplane.api.v1alpha1.meta import API_VERSION
 from controlplane.controllers.children import (
+    COMPONENT_LABEL,
     INSTANCE_LABEL,
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -40,6 +41,9 @@ from controlplane.runtime.endpoints import MEMBER_PORT_NAME
 #: Labels on everything the controller creates; the last one is the selector.
 ISVC_LABEL: Final = "inference.modelpool.dev/inferenceservice"
 SERVER_NAME: Final = "llama-server"
+#: The :data:`~controlplane.controllers.children.COMPONENT_LABEL` of every member's children,
+#: whatever its runtime: the members' PodMonitor (manifests/monitoring) selects by it.
+MEMBER_COMPONENT: Final = "member"
 
 CONTAINER_NAME: Final = "server"
 PORT_NAME: Final = MEMBER_PORT_NAME
@@ -60,6 +64,9 @@ KV_CACHE_VOLUME: Final = "kv-cache"
 #: Where the KV cache's folder is mounted in the server's container (its ``--slot-save-path``).
 KV_CACHE_MOUNT_PATH: Final = "/var/lib/modelpool/kv-cache"
 SLOT_SAVE_PATH_ARG: Final = "--slot-save-path"
+#: llama-server serves its Prometheus ``/metrics`` only when started with this flag; the members'
+#: PodMonitor scrapes it.
+METRICS_ARG: Final = "--metrics"
 REVISION_HISTORY_LIMIT: Final = 2
 
 
@@ -72,6 +79,7 @@ def child_labels(name: str) -> dict[str, str]:
         NAME_LABEL: SERVER_NAME,
         INSTANCE_LABEL: name,
         MANAGED_BY_LABEL: MANAGED_BY,
+        COMPONENT_LABEL: MEMBER_COMPONENT,
         ISVC_LABEL: name,
     }
 
@@ -97,7 +105,8 @@ def server_port(isvc: InferenceService) -> int:
 def server_args(isvc: InferenceService, model_path: str | None = None) -> list[str]:
     """llama-server's arguments: the model (``model_path``, where its source is mounted: see
     :func:`~controlplane.controllers.inferenceservice.weights.model_pod_parts`), its served name,
-    where to listen, then ``spec.args``."""
+    where to listen, ``--metrics`` (the members' PodMonitor scrapes ``/metrics``; not repeated
+    when ``spec.args`` has it), then ``spec.args``."""
     model = isvc.spec.model
     if model is None or not model.name or not model.source:
         raise ValueError(f"InferenceService {isvc.name}: spec.model.name and .source are required")
@@ -112,6 +121,7 @@ def server_args(isvc: InferenceService, model_path: str | None = None) -> list[s
         "0.0.0.0",
         "--port",
         str(server_port(isvc)),
+        *([] if METRICS_ARG in isvc.spec.args else [METRICS_ARG]),
         *isvc.spec.args,
         # Last, so that an argument of the user's cannot point the server away from the mount.
         *([SLOT_SAVE_PATH_ARG, KV_CACHE_MOUNT_PATH] if isvc.spec.kv_cache_enabled() else []),

@@ -6,7 +6,8 @@ router object, and the unit tests (``tests/unit/test_modelrouter_desired.py``) c
 For each ModelRouter ``R`` in namespace ``NS``, every child carries a controller
 ``ownerReference`` to the router (``blockOwnerDeletion``: deletion cascades through the garbage
 collector) and the labels of :func:`child_labels` (``app.kubernetes.io/managed-by:
-modelpool-operator`` among them, which the informers of the RBAC kinds filter on):
+modelpool-operator`` among them, which the informers of the RBAC kinds filter on, and
+``app.kubernetes.io/component: router-proxy``, by which the proxies' PodMonitor selects them):
 
 * ServiceAccount ``R-proxy``: the identity of the proxy pods;
 * Role ``R-activation`` with exactly :data:`~controlplane.controllers.rbac.ROUTER_PROXY_RULES`
@@ -30,6 +31,7 @@ from controlplane.api.v1alpha1.modelrouter import (
     ModelRouter,
 )
 from controlplane.controllers.children import (
+    COMPONENT_LABEL,
     INSTANCE_LABEL,
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -93,6 +95,7 @@ def child_labels(router: str) -> dict[str, str]:
         NAME_LABEL: PROXY_NAME,
         INSTANCE_LABEL: router,
         MANAGED_BY_LABEL: MANAGED_BY,
+        COMPONENT_LABEL: PROXY_NAME,
         ROUTER_LABEL: router,
     }
 
