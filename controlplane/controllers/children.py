@@ -32,6 +32,10 @@ MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 #: :data:`MANAGED_BY_LABEL`), so it must never change for an existing kind of child.
 COMPONENT_LABEL: Final = "app.kubernetes.io/component"
 MANAGED_BY: Final = "modelpool-operator"
+#: The ``app.kubernetes.io/name`` of router-proxy pods (``PROXY_NAME`` of the ModelRouter
+#: controller), by which each member's NetworkPolicy admits them: the two controllers import
+#: nothing of each other, and ``tests/unit/test_inferenceservice_network.py`` keeps them equal.
+ROUTER_PROXY_NAME: Final = "router-proxy"
 #: Server-side apply's field manager for everything the controllers write.
 FIELD_MANAGER: Final = MANAGED_BY
 #: Condition reasons every controller with a Deployment child reports alike.

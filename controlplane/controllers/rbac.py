@@ -17,7 +17,8 @@ READ = ("get", "list", "watch")
 WRITE = ("create", "update", "patch", "delete")
 STATUS = ("get", "update", "patch")
 
-#: InferenceService controller: owns a Deployment and a Service per InferenceService.
+#: InferenceService controller: owns a Deployment, a Service and a NetworkPolicy per
+#: InferenceService.
 INFERENCE_SERVICE_RULES = (
     # Read, never written: its decisions go to its status and its children.
     PolicyRule((GROUP,), ("inferenceservices",), READ),
@@ -39,6 +40,9 @@ INFERENCE_SERVICE_RULES = (
     PolicyRule(("",), ("pods/log",), ("get",)),
     # Nodes are read (never written): weights cached on a node that has left are fetched again.
     PolicyRule(("",), ("nodes",), READ),
+    # Each member's NetworkPolicy: only router-proxies and the operator reach its port
+    # (controllers/inferenceservice/network.py); deleted when the flag turns them off.
+    PolicyRule(("networking.k8s.io",), ("networkpolicies",), (*READ, *WRITE)),
 )
 
 #: ModelPool controller: decides in its status (the grant), watches its members, their pods and

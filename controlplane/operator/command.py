@@ -17,6 +17,11 @@ import anyio
 
 from controlplane.api.v1alpha1.podtemplate import ENV_NAME_PATTERN
 from controlplane.cliargs import first_error, host_port_or_off, positive_float
+from controlplane.controllers.inferenceservice.network import (
+    DEFAULT_OPERATOR_POD_LABELS,
+    MemberNetworkPolicy,
+    parse_labels,
+)
 from controlplane.controllers.inferenceservice.weights import DEFAULT_MODEL_CACHE_PATH
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE
 from controlplane.operator.settings import (
@@ -39,6 +44,30 @@ def env_pair(text: str) -> tuple[str, str]:
             f"expected NAME=VALUE with a valid variable name: {text!r}"
         )
     return name, value
+
+
+def true_or_false(text: str) -> bool:
+    """``true`` or ``false`` (what a Helm value renders to)."""
+    if text.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return text.lower() == "true"
+
+
+def pod_labels(text: str) -> tuple[tuple[str, str], ...]:
+    """``KEY=VALUE[,KEY=VALUE...]``: labels a pod carries."""
+    try:
+        return parse_labels(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+
+
+def namespace_name(text: str) -> str:
+    """A namespace's name (an RFC 1123 label)."""
+    try:
+        MemberNetworkPolicy(allow_namespaces=(text,))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+    return text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,6 +127,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "spec.pod.env (e.g. HF_ENDPOINT of a Hub mirror, HTTPS_PROXY); repeatable",
     )
     parser.add_argument(
+        "--member-network-policies",
+        type=true_or_false,
+        default=True,
+        metavar="true|false",
+        help="write a NetworkPolicy per InferenceService admitting only router-proxies, the "
+        "operator and --member-network-policy-allow-namespace on the member's port; false "
+        "deletes the ones written (default true; docs/network.md)",
+    )
+    parser.add_argument(
+        "--member-network-policy-operator-labels",
+        type=pod_labels,
+        default=DEFAULT_OPERATOR_POD_LABELS,
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="labels of the operator's own pods, which members admit from --namespace (default "
+        + ",".join(f"{k}={v}" for k, v in DEFAULT_OPERATOR_POD_LABELS)
+        + ")",
+    )
+    parser.add_argument(
+        "--member-network-policy-allow-namespace",
+        type=namespace_name,
+        action="append",
+        default=[],
+        metavar="NAMESPACE",
+        help="a namespace whose every pod may reach members' ports, e.g. a metrics scraper's; "
+        "repeatable (default none)",
+    )
+    parser.add_argument(
         "--model-cache-path",
         default=DEFAULT_MODEL_CACHE_PATH,
         help="node folder (a hostPath) that downloaded weights are cached in, shared by every "
@@ -129,6 +185,9 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
         model_cache_path=args.model_cache_path,
         fetch_image=args.fetch_image,
         fetch_env=tuple(args.fetch_env),
+        member_network_policies=args.member_network_policies,
+        member_network_policy_operator_labels=args.member_network_policy_operator_labels,
+        member_network_policy_allow_namespaces=tuple(args.member_network_policy_allow_namespace),
     )
 
 

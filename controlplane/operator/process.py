@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 
 from controlplane.controllers.inferenceservice import setup_inference_service_controller
+from controlplane.controllers.inferenceservice.network import MemberNetworkPolicy
 from controlplane.controllers.inferenceservice.weights import WeightsPlacement
 from controlplane.controllers.modelpool import setup_model_pool_controller
 from controlplane.controllers.modelrouter import setup_model_router_controller
@@ -80,7 +81,13 @@ def build_manager(settings: OperatorSettings) -> tuple[Manager, PreflightGate]:
             settings.model_cache_path, await fetch_image(), fetch_env=settings.fetch_env
         )
 
-    setup_inference_service_controller(manager, identity, placement=placement)
+    network = MemberNetworkPolicy(
+        enabled=settings.member_network_policies,
+        operator_namespace=settings.namespace,
+        operator_pod_labels=settings.member_network_policy_operator_labels,
+        allow_namespaces=settings.member_network_policy_allow_namespaces,
+    )
+    setup_inference_service_controller(manager, identity, placement=placement, network=network)
     setup_model_pool_controller(manager, identity)
     proxy_image = ProxyImage(
         manager.client,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from controlplane.controllers.inferenceservice.network import DEFAULT_OPERATOR_POD_LABELS
 from controlplane.controllers.inferenceservice.weights import DEFAULT_MODEL_CACHE_PATH
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE
 
@@ -58,3 +59,9 @@ class OperatorSettings:
     fetch_image: str = ""
     #: ``NAME=VALUE`` pairs every fetcher gets (``--fetch-env``), e.g. a Hub mirror's endpoint.
     fetch_env: tuple[tuple[str, str], ...] = ()
+    #: Whether each InferenceService gets a NetworkPolicy (docs/network.md); False deletes them.
+    member_network_policies: bool = True
+    #: The labels of the operator's pods, which members' policies admit from :attr:`namespace`.
+    member_network_policy_operator_labels: tuple[tuple[str, str], ...] = DEFAULT_OPERATOR_POD_LABELS
+    #: Namespaces every pod of which members' policies admit (a metrics scraper's).
+    member_network_policy_allow_namespaces: tuple[str, ...] = ()

@@ -10,7 +10,8 @@ Judged once the client has its answer (or gave up), on the run's record
 * every answer was a 200 from ``b``'s model or a 503 with ``Retry-After``, each within the pool's
   budget; a connection may be cut only by a replica the fault killed;
 * a paused leader, once continued, had no write of state accepted and exited 1;
-* no process wrote a child that a swap never changes (a Service, the router's RBAC).
+* no process wrote a child that a swap never changes (a Service, a member's NetworkPolicy, the
+  router's RBAC).
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ async def _get(admin: KubeClient, resource: Any, name: str, namespace: str) -> O
 
 #: Children a swap never changes: a write of one during the swap is a controller that sees a
 #: difference where there is none (after a restart, listed objects once lacked their kind).
-UNCHANGED_BY_A_SWAP = ("services", "serviceaccounts", "roles", "rolebindings")
+UNCHANGED_BY_A_SWAP = ("services", "networkpolicies", "serviceaccounts", "roles", "rolebindings")
 
 
 def unchanged_children_written(run: Run) -> list[str]:

@@ -14,7 +14,7 @@ test already failed), and any overlap seen during the test fails it, with the mo
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -78,11 +78,15 @@ async def start_operator(
     identity: str,
     started: list[LocalProcess],
     env: Mapping[str, str] | None = None,
+    extra_args: Sequence[str] = (),
 ) -> OperatorProcess:
     """The operator under its ServiceAccount, waited on until ``/readyz`` answers 200; ``env``
-    is added to its environment (the tracing test points ``OTEL_*`` at Jaeger)."""
+    is added to its environment (the tracing test points ``OTEL_*`` at Jaeger), ``extra_args``
+    to its command line."""
     kubeconfig = await operator_kubeconfig_for(cluster, admin, workdir / f"{identity}.kubeconfig")
-    operator = OperatorProcess(kubeconfig, workdir, lease, identity, cwd=REPO, env=env)
+    operator = OperatorProcess(
+        kubeconfig, workdir, lease, identity, cwd=REPO, env=env, extra_args=extra_args
+    )
     started.append(operator)
     await wait_until_ready(operator, f"{operator.probe_url}/readyz", timeout=60)
     return operator
@@ -141,9 +145,11 @@ def start_node(
     token_seconds: float | None = None,
     monitor: bool = True,
     llama_server: Path | None = None,
+    router_proxies: bool = False,
 ) -> WatchedNode:
     """The node stand-in as the admin (it plays kubelet and built-in controllers); for a
-    ``namespace``, with the pool invariant monitor (``monitor=False`` to go without)."""
+    ``namespace``, with the pool invariant monitor (``monitor=False`` to go without); with
+    ``router_proxies``, it plays the routers' proxy Deployments too."""
     watch = None
     if namespace is not None and monitor:
         watch = PoolInvariantMonitor(cluster.admin_config(), namespace).start()
@@ -155,6 +161,7 @@ def start_node(
             load_seconds=load_seconds,
             token_seconds=token_seconds,
             llama_server=llama_server,
+            router_proxies=router_proxies,
             cwd=REPO,
         )
     except BaseException:

@@ -1,4 +1,4 @@
-"""The InferenceService controller: one Deployment and one Service per InferenceService.
+"""The InferenceService controller: a Deployment, a Service and a NetworkPolicy per member.
 
 An InferenceService serves one model with one llama.cpp-compatible server. The controller owns a
 Deployment and a Service of the same name and sizes the Deployment from ``spec.replicas`` (0 or
@@ -8,6 +8,8 @@ along the seams its tests use:
 
 * :mod:`~controlplane.controllers.inferenceservice.desired`: what is wanted, the children as
   server-side apply bodies (pure);
+* :mod:`~controlplane.controllers.inferenceservice.network`: who may reach the member's port,
+  its NetworkPolicy (pure);
 * :mod:`~controlplane.controllers.inferenceservice.status`: what is observed, the phase table and
   the status to write (pure);
 * :mod:`~controlplane.controllers.inferenceservice.reconciler`: the reconciler, which reads the

@@ -27,9 +27,11 @@ a directory creates the members a few milliseconds before their pool, faster tha
 and a member started in
 that gap would run beside the pool's choice.
 
-**Writes.** Both children (:mod:`~controlplane.controllers.inferenceservice.desired`) are written
-with server-side apply as ``modelpool-operator`` (forced: the fields we own are ours), and only
-when the cached child differs from what is wanted. "Differs" is decided by
+**Writes.** The children (:mod:`~controlplane.controllers.inferenceservice.desired`, and the
+NetworkPolicy of :mod:`~controlplane.controllers.inferenceservice.network`, applied first so that
+no member pod starts open to the cluster; deleted when ``--member-network-policies=false``) are
+written with server-side apply as ``modelpool-operator`` (forced: the fields we own are ours), and
+only when the cached child differs from what is wanted. "Differs" is decided by
 :func:`~controlplane.controllers.children.needs_apply`: every field we want must be present with
 the same value in the cached object (server defaults are extra fields and do not count), and the
 wanted object carries a hash of itself in the ``inference.modelpool.dev/spec-hash`` annotation, so
@@ -62,6 +64,7 @@ Deployment writes of the same InferenceService.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -80,7 +83,12 @@ from controlplane.api.v1alpha1 import (
 from controlplane.api.v1alpha1.conditions import FALSE
 from controlplane.api.v1alpha1.inferenceservice import PHASE_FAILED, PHASE_PENDING
 from controlplane.clock import TimeSource
-from controlplane.controllers.children import FIELD_MANAGER, foreign_child, needs_apply
+from controlplane.controllers.children import (
+    FIELD_MANAGER,
+    foreign_child,
+    is_controlled_by,
+    needs_apply,
+)
 from controlplane.controllers.inferenceservice import kvcache
 from controlplane.controllers.inferenceservice.desired import (
     ISVC_LABEL,
@@ -94,6 +102,10 @@ from controlplane.controllers.inferenceservice.kvcache import RestoreStep
 from controlplane.controllers.inferenceservice.metrics import (
     KV_CACHE_DURATION,
     KV_CACHE_OPERATIONS,
+)
+from controlplane.controllers.inferenceservice.network import (
+    MemberNetworkPolicy,
+    desired_network_policy,
 )
 from controlplane.controllers.inferenceservice.status import (
     CONDITION_READY,
@@ -133,6 +145,7 @@ from controlplane.runtime.resources import (
     DEPLOYMENTS,
     ENDPOINT_SLICES,
     JOBS,
+    NETWORK_POLICIES,
     NODES,
     PODS,
     SERVICES,
@@ -188,6 +201,8 @@ class InferenceServiceReconciler:
         endpoint_slices: Informer,
         weights: WeightsFetcher | None = None,
         slot_cache: SlotCacheClient | None = None,
+        network_policies: Informer | None = None,
+        network: MemberNetworkPolicy | None = None,
         clock: TimeSource = time.monotonic,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
@@ -202,6 +217,9 @@ class InferenceServiceReconciler:
         #: None (unit tests of other rules): only sources read where they are are understood.
         self.weights = weights
         self.slot_cache = slot_cache or SlotCacheClient()
+        #: None (unit tests of other rules): no NetworkPolicy is read or written.
+        self.network_policies = network_policies
+        self.network = network or MemberNetworkPolicy()
         self.clock = clock
         self.wall_clock = wall_clock
         #: Per key, the uid and when we first saw it, for :data:`UNLISTED_SETTLE_SECONDS`.
@@ -230,10 +248,11 @@ class InferenceServiceReconciler:
             return Result()
         deployment = self.deployments.store.get(key)
         service = self.services.store.get(key)
+        policy = self._cached_policy(key)
         conflict = foreign_child(
             "InferenceService",
             obj["metadata"].get("uid"),
-            (("Deployment", deployment), ("Service", service)),
+            (("Deployment", deployment), ("Service", service), ("NetworkPolicy", policy)),
         )
         verdict, placement, requeue = await self._weights(obj)
         replicas = self._replicas(obj, deployment, weights=verdict)
@@ -244,6 +263,8 @@ class InferenceServiceReconciler:
                 return Result()  # deleted meanwhile
         isvc = InferenceService.from_dict(replicas.obj)
         if conflict is None:
+            # Before the Deployment: a member's pod never starts open to the whole cluster.
+            await self._apply_network_policy(key, isvc, policy)
             wanted = desired_deployment(
                 isvc, replicas.count, placement=placement, node=verdict.status.node
             )
@@ -418,6 +439,36 @@ class InferenceServiceReconciler:
         if replicas.count > _deployment_replicas(deployment):
             log.info("%s: raising the Deployment, confirmed live", key)
         return replicas
+
+    def _cached_policy(self, key: str) -> Object | None:
+        """The cached NetworkPolicy of this name when the operator writes them, else None (a
+        user's policy of that name is then nobody's concern)."""
+        if self.network_policies is None or not self.network.enabled:
+            return None
+        return self.network_policies.store.get(key)
+
+    async def _apply_network_policy(
+        self, key: str, isvc: InferenceService, policy: Object | None
+    ) -> None:
+        """Apply the member's NetworkPolicy when the cached one differs (once, as the Service);
+        with ``--member-network-policies=false``, delete the one we wrote, if any."""
+        if self.network_policies is None:
+            return
+        if self.network.enabled:
+            wanted = desired_network_policy(isvc, self.network)
+            if needs_apply(policy, wanted):
+                await self.client.apply(
+                    NETWORK_POLICIES, wanted, field_manager=FIELD_MANAGER, force=True
+                )
+                log.info("%s: applied NetworkPolicy", key)
+            return
+        ours = self.network_policies.store.get(key)
+        if ours is not None and is_controlled_by(ours, isvc.metadata.uid):
+            # On its uid: one recreated meanwhile is the next reconcile's (409 here).
+            uid = ours["metadata"].get("uid")
+            with contextlib.suppress(NotFound, Conflict):
+                await self.client.delete(NETWORK_POLICIES, isvc.name, isvc.namespace, uid=uid)
+            log.info("%s: deleted NetworkPolicy (member network policies are off)", key)
 
     def _settle_seconds(self, key: str, uid: str | None) -> float:
         """Seconds left before an InferenceService first seen just now may be started unlisted."""
@@ -648,10 +699,12 @@ def setup_inference_service_controller(
     identity: str,
     slot_cache: SlotCacheClient | None = None,
     placement: Callable[[], Awaitable[WeightsPlacement]] | None = None,
+    network: MemberNetworkPolicy | None = None,
 ) -> InferenceServiceReconciler:
     """Wire the controller into ``manager`` (watching every namespace). ``placement`` gives the
     node cache and the fetch image (the defaults of
-    :class:`~controlplane.controllers.inferenceservice.weights.WeightsPlacement` when None)."""
+    :class:`~controlplane.controllers.inferenceservice.weights.WeightsPlacement` when None);
+    ``network``, who may reach members (the defaults of :class:`MemberNetworkPolicy` when None)."""
     inference_services = manager.informer(InferenceService.resource())
     deployments = manager.informer(DEPLOYMENTS)
     services = manager.informer(SERVICES)
@@ -661,6 +714,7 @@ def setup_inference_service_controller(
     jobs = manager.informer(JOBS, label_selector=MODEL_OF_LABEL)
     job_pods = manager.informer(PODS, label_selector=MODEL_OF_LABEL)
     nodes = manager.informer(NODES)
+    network_policies = manager.informer(NETWORK_POLICIES)
     recorder = manager.event_recorder(EVENT_REPORTER, identity)
 
     async def default_placement() -> WeightsPlacement:
@@ -684,6 +738,8 @@ def setup_inference_service_controller(
         endpoint_slices=endpoint_slices,
         weights=weights,
         slot_cache=slot_cache,
+        network_policies=network_policies,
+        network=network,
     )
     (
         manager.new_controller(
@@ -693,6 +749,7 @@ def setup_inference_service_controller(
         .owns(deployments)
         .owns(services)
         .owns(jobs)
+        .owns(network_policies)
         .watches(job_pods, _job_pods_to_owner)
         .watches(nodes, lambda node: _pinned_to(inference_services, node))
         .watches(pods, _pods_to_owner)
