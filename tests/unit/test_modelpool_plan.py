@@ -263,6 +263,7 @@ def test_a_cold_pool_warming_its_default_is_swapping_with_the_default_pending() 
         "MembersValid": ("True", "MembersFound"),
         "SlotAllocated": ("False", "Starting"),
         "SwapDeferred": ("False", "NotDeferred"),
+        "Ready": ("True", "AcceptingRequests"),
     }
     assert status["observedGeneration"] == 3
 

@@ -1,4 +1,4 @@
-"""The ModelRouter phase table, BackendsReady, and the ActivationRBAC message from a 403."""
+"""The ModelRouter phase table, BackendsReady, Ready, and the ActivationRBAC message from a 403."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from controlplane.controllers.modelrouter.status import (
     backends_ready,
     compute_phase,
     desired_status,
+    router_ready,
     status_changed,
 )
 from controlplane.runtime.errors import Forbidden
@@ -199,3 +200,54 @@ def test_status_written_only_when_it_changes() -> None:
     assert "leases" in (available.message or "")
     again = router(wanted.to_dict())
     assert not status_changed(again.status, desired_status(again, decision, READY))
+
+
+AVAILABLE = ConditionDecision("True", "ProxyAvailable", "2 of 2 proxy replica(s) available")
+UNAVAILABLE = ConditionDecision("False", "ProxyUnavailable", "0 of 2 proxy replica(s) available")
+
+
+@pytest.mark.parametrize(
+    ("available", "backends", "status", "reason", "words"),
+    [
+        (AVAILABLE, READY, "True", "Serving", ()),
+        (UNAVAILABLE, READY, "False", "ProxyNotAvailable", ("Available", "ProxyUnavailable")),
+        (AVAILABLE, NOT_READY, "False", "BackendsNotReady", ("BackendMissing", "gpu-0")),
+        # both missing: the proxy is named first, the message tells both
+        (
+            UNAVAILABLE,
+            NOT_READY,
+            "False",
+            "ProxyNotAvailable",
+            ("ProxyUnavailable", "BackendsReady is False", "gpu-0"),
+        ),
+    ],
+)
+def test_ready_is_available_and_backends_ready(
+    available: ConditionDecision,
+    backends: ConditionDecision,
+    status: str,
+    reason: str,
+    words: tuple[str, ...],
+) -> None:
+    ready = router_ready(available, backends)
+    assert (ready.status, ready.reason) == (status, reason)
+    for word in words:
+        assert word in ready.message
+
+
+def test_ready_is_written_beside_the_conditions_it_is_made_of_and_agrees_with_the_phase() -> None:
+    r = router()
+    available = deployment(available=True, available_replicas=2)
+    for decision, backends in (
+        (compute_phase(None, READY, rbac_refusal=ESCALATION), READY),
+        (compute_phase(available, NOT_READY), NOT_READY),
+        (compute_phase(available, READY), READY),
+    ):
+        wanted = desired_status(r, decision, backends)
+        ready = find_condition(wanted.conditions, "Ready")
+        assert ready is not None
+        assert ready.observed_generation == 4
+        assert (ready.status == "True") == (wanted.phase == "Ready"), wanted.phase
+        r = router(wanted.to_dict())
+    # the same inputs again: nothing to write, Ready included
+    assert not status_changed(r.status, desired_status(r, decision, READY))

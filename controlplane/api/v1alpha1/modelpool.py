@@ -48,6 +48,9 @@ PHASES: Final = (PHASE_PENDING, PHASE_READY, PHASE_SWAPPING, PHASE_DEGRADED)
 CONDITION_SLOT_ALLOCATED: Final = "SlotAllocated"
 CONDITION_MEMBERS_VALID: Final = "MembersValid"
 CONDITION_SWAP_DEFERRED: Final = "SwapDeferred"
+#: The pool can serve, or hold and then serve, a request: what ``kubectl wait`` and Helm read
+#: (reasons and why it stays True through a swap: ``controllers/modelpool/ready.py``).
+CONDITION_READY: Final = "Ready"
 REASON_PODS_BUSY: Final = "PodsBusy"
 REASON_IDLE_CHECK_FAILED: Final = "IdleCheckFailed"
 
@@ -266,7 +269,8 @@ class ModelPoolStatus(ApiObject):
         "The .metadata.generation this status describes.", format="int64", minimum=0
     )
     conditions: list[Condition] = conditions_field(
-        "SlotAllocated, MembersValid and SwapDeferred (reasons PodsBusy, IdleCheckFailed)."
+        "Ready (the pool serves or holds requests; True through a swap), SlotAllocated, "
+        "MembersValid and SwapDeferred (reasons PodsBusy, IdleCheckFailed)."
     )
 
 

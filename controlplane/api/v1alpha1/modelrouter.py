@@ -46,6 +46,9 @@ PHASES: Final = (PHASE_PENDING, PHASE_PROVISIONING, PHASE_READY, PHASE_DEGRADED,
 
 CONDITION_AVAILABLE: Final = "Available"
 CONDITION_BACKENDS_READY: Final = "BackendsReady"
+#: The router can take traffic: ``Available`` and ``BackendsReady`` both True (what ``kubectl
+#: wait`` and Helm read; reasons in ``controllers/modelrouter/status.py``).
+CONDITION_READY: Final = "Ready"
 #: ``Available`` is False with this reason when the activation Role cannot be written (a 403).
 REASON_ACTIVATION_RBAC: Final = "ActivationRBAC"
 
@@ -159,7 +162,8 @@ class ModelRouterStatus(ApiObject):
         "The .metadata.generation this status describes.", format="int64", minimum=0
     )
     conditions: list[Condition] = conditions_field(
-        "Available and BackendsReady; reasons name the failing step (e.g. ActivationRBAC)."
+        "Ready (Available and BackendsReady both True), Available and BackendsReady; reasons "
+        "name the failing step (e.g. ActivationRBAC)."
     )
 
 

@@ -32,7 +32,8 @@ so every rule is unit-tested as a table (``tests/unit/test_modelpool_plan.py``):
     * ``pendingMember``: the owner while it is not Ready.
     * ``phase``: Degraded when a member is missing; Pending when cold (no owner); Swapping while a
       member is pending or another member still holds the slot; Ready otherwise.
-    * Conditions ``MembersValid``, ``SlotAllocated`` and ``SwapDeferred``; ``members[]``;
+    * Conditions ``MembersValid``, ``SlotAllocated`` and ``SwapDeferred``, and ``Ready`` from
+      them (:mod:`~controlplane.controllers.modelpool.ready`); ``members[]``;
       ``observedGeneration``.
 
 :func:`deferral_from`, :func:`deployment_drained`, :func:`requeue_result` and :func:`transitions`
@@ -55,6 +56,7 @@ from controlplane.api.v1alpha1.inferenceservice import PHASE_READY as ISVC_READY
 from controlplane.api.v1alpha1.inferenceservice import RUNTIME_LLAMACPP
 from controlplane.api.v1alpha1.modelpool import (
     CONDITION_MEMBERS_VALID,
+    CONDITION_READY,
     CONDITION_SLOT_ALLOCATED,
     CONDITION_SWAP_DEFERRED,
     PHASE_DEGRADED,
@@ -71,6 +73,7 @@ from controlplane.api.v1alpha1.modelpool import (
     WaitingDemand,
 )
 from controlplane.controllers.modelpool.intent import Intent, Owner, OwnerReason
+from controlplane.controllers.modelpool.ready import pool_ready
 from controlplane.probes.idle import IdleOutcome, IdleReport
 from controlplane.runtime.controller import Result
 from controlplane.runtime.timeutil import micro_time
@@ -320,6 +323,9 @@ def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
     else:
         deferred = (FALSE, REASON_NOT_DEFERRED, "no drain is waiting on a member")
     set_condition(status.conditions, CONDITION_SWAP_DEFERRED, *deferred, generation, view.now)
+    waits = (view.deferral.reason, view.deferral.message) if view.deferral is not None else None
+    ready = pool_ready(plan.missing, waits)
+    set_condition(status.conditions, CONDITION_READY, *ready.condition, generation, view.now)
     return status
 
 

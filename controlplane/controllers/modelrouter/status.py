@@ -1,4 +1,4 @@
-"""What a ModelRouter reports: its phase, ``Available`` and ``BackendsReady``.
+"""What a ModelRouter reports: its phase, ``Available``, ``BackendsReady`` and ``Ready``.
 
 Pure functions of the router, its proxy Deployment and its backends as the caches show them, kept
 apart from the reconciler so that every rule is a row of a table
@@ -19,6 +19,14 @@ apart from the reconciler so that every rule is a row of a table
 an InferenceService that is not ``Failed``; a ModelPool that is not ``Degraded`` (a cold pool, with
 no resident, is ready: the proxy warms it on the first request). The message names the backends
 that are not.
+
+**Ready** (:func:`router_ready`): the router can take traffic, the condition ``kubectl wait
+--for=condition=Ready`` and Helm 4's ``--wait`` (kstatus) read. True (``Serving``) exactly when
+``Available`` and ``BackendsReady`` are both True, so it agrees with the phase Ready. Otherwise
+False, and the reason says which is missing: ``ProxyNotAvailable`` (checked first: without a proxy
+no request is taken at all) or ``BackendsNotReady``; the message carries the failing condition's
+reason and message, both when both fail. It is made from the two conditions written beside it, so
+it never adds a status write.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from controlplane.api.v1alpha1.modelpool import PHASE_DEGRADED as POOL_PHASE_DEG
 from controlplane.api.v1alpha1.modelrouter import (
     CONDITION_AVAILABLE,
     CONDITION_BACKENDS_READY,
+    CONDITION_READY,
     PHASE_DEGRADED,
     PHASE_FAILED,
     PHASE_PENDING,
@@ -61,6 +70,9 @@ REASON_PROXY_UNAVAILABLE: Final = "ProxyUnavailable"
 REASON_BACKENDS_READY: Final = "BackendsReady"
 REASON_BACKEND_MISSING: Final = "BackendMissing"
 REASON_BACKEND_NOT_READY: Final = "BackendNotReady"
+REASON_SERVING: Final = "Serving"
+REASON_PROXY_NOT_AVAILABLE: Final = "ProxyNotAvailable"
+REASON_BACKENDS_NOT_READY: Final = "BackendsNotReady"
 #: Condition messages are capped by the API (32768); the server's refusal is kept well inside.
 MAX_MESSAGE_LENGTH: Final = 4096
 
@@ -186,6 +198,30 @@ def compute_phase(
     )
 
 
+def router_ready(available: ConditionDecision, backends: ConditionDecision) -> ConditionDecision:
+    """``Ready``: ``Available`` and ``BackendsReady`` both True (see the module docstring)."""
+    failing = [
+        f"{name} is False ({condition.reason}: {condition.message})"
+        for name, condition in (
+            (CONDITION_AVAILABLE, available),
+            (CONDITION_BACKENDS_READY, backends),
+        )
+        if condition.status != TRUE
+    ]
+    if available.status != TRUE:
+        reason = REASON_PROXY_NOT_AVAILABLE
+    elif backends.status != TRUE:
+        reason = REASON_BACKENDS_NOT_READY
+    else:
+        return ConditionDecision(
+            TRUE, REASON_SERVING, "the proxy is available and every backend is ready"
+        )
+    message = "; ".join(failing)
+    if len(message) > MAX_MESSAGE_LENGTH:
+        message = message[: MAX_MESSAGE_LENGTH - 3] + "..."
+    return ConditionDecision(FALSE, reason, message)
+
+
 def desired_status(
     router: ModelRouter, decision: PhaseDecision, backends: ConditionDecision
 ) -> ModelRouterStatus:
@@ -212,6 +248,10 @@ def desired_status(
         backends.reason,
         backends.message,
         generation,
+    )
+    ready = router_ready(available, backends)
+    set_condition(
+        status.conditions, CONDITION_READY, ready.status, ready.reason, ready.message, generation
     )
     return status
 
