@@ -166,6 +166,10 @@ async def test_isvc_serves_stops_and_comes_back(
     assert answer["choices"][0]["message"]["content"].startswith("hello pool")
     async with httpx.AsyncClient(timeout=10) as http:
         assert len((await http.get(f"{url}/slots")).json()) == 2, "--parallel 2 reached the server"
+        # --metrics reached it too: the members' PodMonitor has a /metrics to scrape.
+        metrics = await http.get(f"{url}/metrics")
+    assert metrics.status_code == 200, metrics.text
+    assert "llamacpp:tokens_predicted_total " in metrics.text
 
     await _no_op_resync_writes_nothing(cluster, admin, namespace, name, operator)
 
