@@ -349,7 +349,11 @@ class ProxyApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if self._api_keys is not None and path.startswith(API_PATH_PREFIX):
+        if (
+            self._api_keys is not None
+            and path.startswith(API_PATH_PREFIX)
+            and scope["type"] == "http"
+        ):
             verdict = check(self._api_keys(), scope["headers"])
             if verdict is not Verdict.ACCEPTED:
                 # Before the body is read, before any span or hold: a request without a key
