@@ -10,11 +10,13 @@ JAEGER = $(shell hack/build-jaeger.sh 2>/dev/null | tail -n 1)
 # The real llama.cpp server (contract tests, real-server members), cached by version the same way.
 LLAMA_SERVER = $(shell hack/build-llama-server.sh 2>/dev/null | tail -n 1)
 # promtool (the alert rules' tests; the prometheus server beside it), cached by version the same way.
+# Helm (the chart's lint, template and install tests), cached by version the same way.
+HELM = $(shell hack/build-helm.sh 2>/dev/null | tail -n 1)
 PROMTOOL = $(shell hack/build-prometheus.sh 2>/dev/null | tail -n 1)
 # prometheus-operator's CRDs (the monitors' schema check in test-e2e), cached by version.
 PROMETHEUS_OPERATOR_CRDS = $(shell hack/fetch-prometheus-operator-crds.sh 2>/dev/null | tail -n 1)
 
-.PHONY: help venv controlplane-bins jaeger-bin promtool-bin prometheus-operator-crds llama-server test test-unit test-e2e lint demo dev clean bench bench-proxy \
+.PHONY: help venv controlplane-bins jaeger-bin helm-bin promtool-bin prometheus-operator-crds llama-server test test-unit test-e2e lint demo dev clean bench bench-proxy \
 	bench-kv-swap bench-router-mode bench-fairness manifests check-rbac test-kind test-fuzz fuzz image kind-up deploy undeploy kind-down \
 	host-tools kind-tools kind-roots kind-node member-images kind-prereqs local-prereqs ci-prereqs \
 	ci-fresh
@@ -36,6 +38,7 @@ help:
 	@echo "make jaeger-bin         build the Jaeger all-in-one (traces for test-e2e, demo, dev)"
 	@echo "make promtool-bin       build Prometheus's promtool and server (the alert rules' tests)"
 	@echo "make prometheus-operator-crds  cache prometheus-operator's CRDs (the monitors' schema test)"
+	@echo "make helm-bin           build Helm v4 (the chart's tests; install with charts/modelpool)"
 	@echo "make llama-server       build llama.cpp's llama-server (contract tests, real members; ~8 min once)"
 	@echo "make bench              controller benchmark: ours vs kopf vs controller-runtime"
 	@echo "make bench-proxy        data path: proxy vs direct vs nginx, held requests, swaps"
@@ -67,6 +70,9 @@ controlplane-bins:
 jaeger-bin:
 	@hack/timed.sh jaeger-bin hack/build-jaeger.sh
 
+helm-bin:
+	@hack/timed.sh helm-bin hack/build-helm.sh
+
 promtool-bin:
 	@hack/timed.sh promtool-bin hack/build-prometheus.sh
 
@@ -94,14 +100,15 @@ fuzz: venv
 	FUZZ_PROFILE=long FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/fuzz --timeout=0 \
 		--hypothesis-show-statistics $(PYTEST_ARGS)
 
-test-e2e: venv controlplane-bins jaeger-bin llama-server prometheus-operator-crds
+test-e2e: venv controlplane-bins jaeger-bin llama-server helm-bin prometheus-operator-crds
 	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" LLAMA_SERVER_BINARY="$(LLAMA_SERVER)" \
-		PROMETHEUS_OPERATOR_CRDS="$(PROMETHEUS_OPERATOR_CRDS)" $(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+		HELM_BINARY="$(HELM)" PROMETHEUS_OPERATOR_CRDS="$(PROMETHEUS_OPERATOR_CRDS)" \
+		$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
 
 # The kind tier (docs/kind.md): the same suite with --cluster=kind. Everything it runs is built
 # by its prerequisites before pytest starts; the suite only finds it (MODELPOOL_NO_BUILD).
-test-kind: venv controlplane-bins kind-prereqs
-	$(BIN)/pytest tests/e2e --cluster=kind --cluster-name=modelpool-e2e $(PYTEST_ARGS)
+test-kind: venv controlplane-bins helm-bin kind-prereqs
+	HELM_BINARY="$(HELM)" $(BIN)/pytest tests/e2e --cluster=kind --cluster-name=modelpool-e2e $(PYTEST_ARGS)
 
 manifests: venv
 	hack/gen-manifests
@@ -181,7 +188,8 @@ kind-prereqs: kind-node member-images
 
 # What the local tier (make test) needs, and every build CI needs; `make -j6` runs the
 # independent ones at once.
-local-prereqs: venv controlplane-bins jaeger-bin llama-server promtool-bin prometheus-operator-crds
+local-prereqs: venv controlplane-bins jaeger-bin llama-server helm-bin promtool-bin \
+	prometheus-operator-crds
 
 ci-prereqs: local-prereqs kind-prereqs
 

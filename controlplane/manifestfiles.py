@@ -22,4 +22,5 @@ def stale_files(directory: Path, files: Mapping[str, str]) -> list[str]:
 def write_files(directory: Path, files: Mapping[str, str]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for name, content in files.items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
         (directory / name).write_text(content)

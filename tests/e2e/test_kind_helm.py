@@ -1,0 +1,143 @@
+"""The chart on a real cluster: `helm install` takes over the operator the suite installed with
+kustomize, a swap runs, `helm upgrade` with changed values rolls the operator in the middle of a
+swap, and `helm uninstall` removes the operator but keeps the CRDs and every object of theirs;
+the pool invariant monitor watches the member pods throughout.
+
+Why a take-over and not a second install: an operator is a cluster singleton (its CRDs, its
+ClusterRole), so a user moving from `kubectl apply -k` to Helm does exactly this. The kustomize
+install is put back at the end, as the rest of the kind tier expects it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
+from controlplane.controllers.rbac import OPERATOR_NAMESPACE
+from controlplane.runtime.client import KubeClient
+from controlplane.runtime.errors import NotFound
+from controlplane.runtime.resources import DEPLOYMENTS
+from tests.e2e.bodies import pool_body
+from tests.e2e.clusters import TestCluster
+from tests.e2e.helm import CHART, helm
+from tests.e2e.incluster import ROLLOUT_TIMEOUT, rolled_out_operator, wait_available
+from tests.e2e.invariants import PoolInvariantMonitor
+from tests.e2e.kubectl import KIND_OPERATOR_REPLICAS, OPERATOR_DEPLOYMENT, kubectl
+from tests.e2e.test_kind_cluster import ask_in_cluster, member, router
+from tests.e2e.waiting import eventually
+
+pytestmark = pytest.mark.kind
+
+RELEASE = "modelpool"
+#: The target member loads this long, so the upgrade lands while the swap is running.
+SLOW_LOAD_SECONDS = 25
+
+
+def _image_values(cluster: TestCluster) -> list[str]:
+    assert cluster.image is not None
+    repository, _, tag = cluster.image.rpartition(":")
+    return [
+        f"image.repository={repository}",
+        f"image.tag={tag}",
+        f"replicaCount={KIND_OPERATOR_REPLICAS}",
+    ]
+
+
+def _sets(items: list[str]) -> list[str]:
+    return [arg for item in items for arg in ("--set", item)]
+
+
+async def _pool_phase(admin: KubeClient, namespace: str) -> dict[str, Any]:
+    found = await admin.get(ModelPool.resource(), "gpu", namespace)
+    return dict(found.get("status") or {})
+
+
+async def test_helm_installs_swaps_upgrades_mid_swap_and_uninstalls_keeping_crds(
+    admin: KubeClient, cluster: TestCluster, namespace: str, operator_pod: str
+) -> None:
+    timeout = f"{int(ROLLOUT_TIMEOUT)}s"
+    monitor = PoolInvariantMonitor(cluster.admin_config(), namespace, sample_processes=False)
+    monitor.start()
+    try:
+        await helm(
+            "install", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE,
+            "--take-ownership", "--force-conflicts", "--wait", "--timeout", timeout,
+            *_sets(_image_values(cluster)), cluster=cluster,
+        )  # fmt: skip
+        deployment = await admin.get(DEPLOYMENTS, OPERATOR_DEPLOYMENT, OPERATOR_NAMESPACE)
+        labels = deployment["metadata"]["labels"]
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+        assert deployment["metadata"]["annotations"]["meta.helm.sh/release-name"] == RELEASE
+
+        for name, seed, load in (("a", 1, 2), ("b", 2, SLOW_LOAD_SECONDS)):
+            body = member(name, cluster, "simulator", f"/models/tiny-{seed}.gguf")
+            body["spec"]["args"] = ["--sim-load-seconds", str(load)]
+            await admin.create(InferenceService.resource(), body, namespace)
+        pool = pool_body("gpu", ("a", "b"), default="a", swap_budget="240s")
+        await admin.create(ModelPool.resource(), pool, namespace)
+        body = router("chat", cluster.image, 2)
+        body["spec"]["backends"] = [{"name": "gpu", "poolRef": {"name": "gpu"}}]
+        await admin.create(ModelRouter.resource(), body, namespace)
+        await wait_available(admin, namespace, "chat", 2)
+
+        async def resident(name: str) -> bool:
+            return (await _pool_phase(admin, namespace)).get("residentMember") == name
+
+        await eventually(lambda: resident("a"), timeout=ROLLOUT_TIMEOUT, what="a resident")
+        url = f"http://chat.{namespace}.svc/v1/chat/completions"
+        warm = await ask_in_cluster(cluster, namespace, "warm", url, "a")
+        assert warm["status"] == 200, warm
+
+        answers: dict[str, Any] = {}
+
+        async def ask_cold() -> None:
+            answers["cold"] = await ask_in_cluster(cluster, namespace, "cold", url, "b")
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(ask_cold)
+
+            async def swapping() -> bool:
+                return (await _pool_phase(admin, namespace)).get("pendingMember") == "b"
+
+            await eventually(swapping, timeout=ROLLOUT_TIMEOUT, what="the swap to b started")
+            # Mid-swap: new values roll both operator replicas (a leader hand-over included).
+            await helm(
+                "upgrade", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE,
+                "--reuse-values", "--set", "logFormat=json", "--wait", "--timeout", timeout,
+                cluster=cluster,
+            )  # fmt: skip
+            rolled = await admin.get(DEPLOYMENTS, OPERATOR_DEPLOYMENT, OPERATOR_NAMESPACE)
+            args = rolled["spec"]["template"]["spec"]["containers"][0]["args"]
+            assert "--log-format=json" in args
+        cold = answers["cold"]
+        assert cold["status"] == 200, cold
+        assert cold["body"]["model"] == "b"
+        await eventually(lambda: resident("b"), timeout=ROLLOUT_TIMEOUT, what="b resident")
+        assert [(c.old, c.new) for c in monitor.residency_changes("gpu")][-1] == ("a", "b")
+        monitor.settle()
+        monitor.check()
+
+        await helm(
+            "uninstall", RELEASE, "--namespace", OPERATOR_NAMESPACE, "--wait",
+            "--timeout", timeout, cluster=cluster,
+        )  # fmt: skip
+        with pytest.raises(NotFound):
+            await admin.get(DEPLOYMENTS, OPERATOR_DEPLOYMENT, OPERATOR_NAMESPACE)
+        # The CRDs stay (helm.sh/resource-policy: keep), and with them every user's object.
+        for kind in (InferenceService, ModelPool, ModelRouter):
+            _, out, _ = await kubectl(
+                cluster, "get", "crd", f"{kind.PLURAL}.inference.modelpool.dev", "-o",
+                "jsonpath={.metadata.annotations.helm\\.sh/resource-policy}",
+            )  # fmt: skip
+            assert out == "keep"
+        assert await admin.get(ModelPool.resource(), "gpu", namespace)
+    finally:
+        monitor.stop()
+        # The rest of the kind tier runs on the kustomize install.
+        await helm(
+            "uninstall", RELEASE, "--namespace", OPERATOR_NAMESPACE, cluster=cluster, check=False
+        )
+        await rolled_out_operator(cluster)
