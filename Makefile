@@ -18,8 +18,8 @@ PROMETHEUS_OPERATOR_CRDS = $(shell hack/fetch-prometheus-operator-crds.sh 2>/dev
 
 .PHONY: help venv controlplane-bins jaeger-bin helm-bin promtool-bin prometheus-operator-crds llama-server test test-unit test-e2e lint demo dev clean bench bench-proxy \
 	bench-kv-swap bench-router-mode bench-fairness manifests check-rbac test-kind test-fuzz fuzz image kind-up deploy undeploy kind-down \
-	host-tools kind-tools kind-roots kind-node member-images kind-prereqs local-prereqs ci-prereqs \
-	ci-fresh
+	host-tools kind-tools kind-roots kind-node member-images network-policies kind-prereqs local-prereqs \
+	ci-prereqs ci-fresh
 
 help:
 	@echo "make demo               run the whole system locally and show it working"
@@ -46,7 +46,7 @@ help:
 	@echo "make bench-router-mode  switch time: llama.cpp's router mode vs our pool, real members"
 	@echo "make bench-fairness     who gets the slot when: our scheduler vs before it vs llama-swap"
 	@echo "make image              build the project image with no registry (starts Docker if needed)"
-	@echo "make kind-prereqs       everything the kind tier needs: kind's programs, node and member images"
+	@echo "make kind-prereqs       everything the kind tier needs: kind's programs, node, member and kube-router images"
 	@echo "make ci-prereqs         every build CI needs, in parallel (make -j6 ci-prereqs)"
 	@echo "make ci-fresh           .ci/run on a clean clone with every cache moved aside (a fresh machine)"
 	@echo "make kind-up            a one-node kind cluster from a node image built here (cached)"
@@ -184,7 +184,11 @@ kind-node: kind-tools kind-roots
 member-images: image llama-server
 	@hack/timed.sh member-images hack/build-image.sh --all
 
-kind-prereqs: kind-node member-images
+# What enforces NetworkPolicies in the kind tier (docs/network.md): kube-router, built here.
+network-policies: host-tools
+	@hack/timed.sh network-policies hack/build-network-policies.sh
+
+kind-prereqs: kind-node member-images network-policies
 
 # What the local tier (make test) needs, and every build CI needs; `make -j6` runs the
 # independent ones at once.

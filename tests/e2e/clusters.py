@@ -3,7 +3,9 @@
 Every mode yields a :class:`TestCluster`; tests use only what it offers, so the same suite runs
 unchanged on all three. The kind cluster is made from the node image ``hack/`` builds (no
 registry), through pytest-kind's :class:`~pytest_kind.KindCluster`, with the configuration
-``hack/kind-up.sh --print-config`` gives, and the project image is loaded into it.
+``hack/kind-up.sh --print-config`` gives, and the project image is loaded into it; kube-router's
+network policy controller (``hack/kind-network-policies.yaml``) enforces NetworkPolicies there,
+which the node's bridge CNI does not.
 
 Nothing is built here: ``make test-kind`` builds kind's programs and every image as Make
 prerequisites (``make kind-prereqs``) before pytest starts, and the suite runs the same scripts
@@ -130,6 +132,7 @@ def start_kind(name: str, workdir: Path) -> TestCluster:
     hack("docker-engine.sh")
     tools = Path(hack("build-kind-tools.sh", env=FIND_ONLY))
     image, sim_image, llama_image = hack_lines("build-image.sh", "--all", env=FIND_ONLY)[-3:]
+    network_policies = hack("build-network-policies.sh", env=FIND_ONLY)
     config = workdir / "kind-config.yaml"
     config.write_text("\n".join(hack_lines("kind-up.sh", "--print-config", env=FIND_ONLY)) + "\n")
     kubectl = Path(hack("build-controlplane.sh", env=FIND_ONLY)) / "kubectl"
@@ -141,6 +144,7 @@ def start_kind(name: str, workdir: Path) -> TestCluster:
     cluster.load_docker_image(image)
     for member_image in (sim_image, llama_image):
         cluster.load_docker_image(member_image)
+    enforce_network_policies(cluster, network_policies)
     return TestCluster(
         "kind",
         Path(cluster.kubeconfig_path),
@@ -149,6 +153,23 @@ def start_kind(name: str, workdir: Path) -> TestCluster:
         sim_image=sim_image,
         llama_image=llama_image,
     )
+
+
+#: What enforces NetworkPolicies in the kind tier (the node's bridge CNI does not): kube-router's
+#: network policy controller, a DaemonSet in ``kube-system`` (docs/network.md).
+NETWORK_POLICY_MANIFEST = REPO / "hack" / "kind-network-policies.yaml"
+
+
+def enforce_network_policies(cluster: KindCluster, image: str) -> None:
+    """Load ``image`` and apply :data:`NETWORK_POLICY_MANIFEST` with it. Not waited on here:
+    the test of the refusals fails, naming it, when the DaemonSet is not Ready."""
+    cluster.load_docker_image(image)
+    manifest = NETWORK_POLICY_MANIFEST.read_text().replace("image: IMAGE", f"image: {image}")
+    try:
+        cluster.kubectl("apply", "-f", "-", input=manifest, stderr=subprocess.PIPE)
+    except subprocess.CalledProcessError as err:
+        why = f"applying {NETWORK_POLICY_MANIFEST.name} failed:\n{err.stderr}"
+        raise ClusterStartError(why) from err
 
 
 def docker_unavailable_reason() -> str | None:
