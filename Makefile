@@ -9,9 +9,9 @@ ASSETS = $(shell hack/build-controlplane.sh 2>/dev/null | tail -n 1)
 JAEGER = $(shell hack/build-jaeger.sh 2>/dev/null | tail -n 1)
 # The real llama.cpp server (contract tests, real-server members), cached by version the same way.
 LLAMA_SERVER = $(shell hack/build-llama-server.sh 2>/dev/null | tail -n 1)
-# promtool (the alert rules' tests; the prometheus server beside it), cached by version the same way.
 # Helm (the chart's lint, template and install tests), cached by version the same way.
 HELM = $(shell hack/build-helm.sh 2>/dev/null | tail -n 1)
+# promtool (the alert rules' tests; the prometheus server beside it), cached by version the same way.
 PROMTOOL = $(shell hack/build-prometheus.sh 2>/dev/null | tail -n 1)
 # prometheus-operator's CRDs (the monitors' schema check in test-e2e), cached by version.
 PROMETHEUS_OPERATOR_CRDS = $(shell hack/fetch-prometheus-operator-crds.sh 2>/dev/null | tail -n 1)
