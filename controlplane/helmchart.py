@@ -24,7 +24,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from controlplane.manifestfiles import stale_files, write_files
+from controlplane.manifestfiles import write_or_check
 
 #: The namespace the kustomize manifests name; the chart installs into the release's.
 MANIFEST_NAMESPACE = "modelpool-system"
@@ -159,14 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("chart", type=Path, help="the chart (charts/modelpool)")
     parser.add_argument("--check", action="store_true", help="compare instead of writing")
     args = parser.parse_args(argv)
-    files = rendered_templates(args.manifests)
-    if not args.check:
-        write_files(args.chart, files)
-        return 0
-    stale = stale_files(args.chart, files)
-    for name in stale:
-        print(f"{args.chart / name} is out of date: run `make manifests`", file=sys.stderr)
-    return 1 if stale else 0
+    return write_or_check(args.chart, rendered_templates(args.manifests), args.check)
 
 
 if __name__ == "__main__":

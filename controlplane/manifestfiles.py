@@ -6,6 +6,7 @@ files in the repository are byte-for-byte what the code renders today.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -24,3 +25,15 @@ def write_files(directory: Path, files: Mapping[str, str]) -> None:
     for name, content in files.items():
         (directory / name).parent.mkdir(parents=True, exist_ok=True)
         (directory / name).write_text(content)
+
+
+def write_or_check(directory: Path, files: Mapping[str, str], check: bool) -> int:
+    """What every generator's ``main`` does: write ``files``, or with ``check`` write nothing and
+    name each stale one; the exit code (1 when something is stale)."""
+    if not check:
+        write_files(directory, files)
+        return 0
+    stale = stale_files(directory, files)
+    for name in stale:
+        print(f"{directory / name} is out of date: run `make manifests`", file=sys.stderr)
+    return 1 if stale else 0

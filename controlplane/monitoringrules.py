@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import yaml
 
-from controlplane.manifestfiles import stale_files, write_files
+from controlplane.manifestfiles import write_or_check
 
 #: Where the rules file sits under the monitoring folder, and the object generated from it.
 RULES_FILE: Final = "rules/modelpool.rules.yaml"
@@ -88,14 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("monitoring", type=Path, help="the monitoring manifests' folder")
     parser.add_argument("--check", action="store_true", help="compare instead of writing")
     args = parser.parse_args(argv)
-    files = rendered_files(args.monitoring)
-    if not args.check:
-        write_files(args.monitoring, files)
-        return 0
-    stale = stale_files(args.monitoring, files)
-    for name in stale:
-        print(f"{args.monitoring / name} is out of date: run `make manifests`", file=sys.stderr)
-    return 1 if stale else 0
+    return write_or_check(args.monitoring, rendered_files(args.monitoring), args.check)
 
 
 if __name__ == "__main__":

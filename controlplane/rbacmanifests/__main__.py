@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from controlplane.manifestfiles import stale_files, write_files
+from controlplane.manifestfiles import write_or_check
 from controlplane.rbacmanifests.check import check, load_documents
 from controlplane.rbacmanifests.render import rendered_files
 
@@ -27,14 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "render":
-        files = rendered_files()
-        if not args.check:
-            write_files(args.directory, files)
-            return 0
-        stale = stale_files(args.directory, files)
-        for name in stale:
-            print(f"{args.directory / name} is out of date: run `make manifests`", file=sys.stderr)
-        return 1 if stale else 0
+        return write_or_check(args.directory, rendered_files(), args.check)
 
     missing = [str(path) for path in args.paths if not path.exists()]
     if missing:
