@@ -11,7 +11,7 @@ JAEGER = $(shell hack/build-jaeger.sh 2>/dev/null | tail -n 1)
 LLAMA_SERVER = $(shell hack/build-llama-server.sh 2>/dev/null | tail -n 1)
 # Helm (the chart's lint, template and install tests), cached by version the same way.
 HELM = $(shell hack/build-helm.sh 2>/dev/null | tail -n 1)
-# promtool (the alert rules' tests; the prometheus server beside it), cached by version the same way.
+# promtool (the alert rules' tests), cached by version the same way.
 PROMTOOL = $(shell hack/build-prometheus.sh 2>/dev/null | tail -n 1)
 # prometheus-operator's CRDs (the monitors' schema check in test-e2e), cached by version.
 PROMETHEUS_OPERATOR_CRDS = $(shell hack/fetch-prometheus-operator-crds.sh 2>/dev/null | tail -n 1)
@@ -36,7 +36,7 @@ help:
 	@echo "make check-rbac         prove the RBAC manifests are enough for the code, and no more"
 	@echo "make controlplane-bins  build kube-apiserver, kube-controller-manager, kubectl, etcd"
 	@echo "make jaeger-bin         build the Jaeger all-in-one (traces for test-e2e, demo, dev)"
-	@echo "make promtool-bin       build Prometheus's promtool and server (the alert rules' tests)"
+	@echo "make promtool-bin       build Prometheus's promtool (the alert rules' tests)"
 	@echo "make prometheus-operator-crds  cache prometheus-operator's CRDs (the monitors' schema test)"
 	@echo "make helm-bin           build Helm v4 (the chart's tests; install with charts/modelpool)"
 	@echo "make llama-server       build llama.cpp's llama-server (contract tests, real members; ~8 min once)"

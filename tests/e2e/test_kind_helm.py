@@ -104,9 +104,12 @@ async def test_helm_installs_swaps_upgrades_mid_swap_and_uninstalls_keeping_crds
 
             await eventually(swapping, timeout=ROLLOUT_TIMEOUT, what="the swap to b started")
             # Mid-swap: new values roll both operator replicas (a leader hand-over included).
+            # kubectl's server-side apply still co-owns the fields it set before the take-over,
+            # so the upgrade that changes one of them forces the conflict, as a user must.
             await helm(
                 "upgrade", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE,
-                "--reuse-values", "--set", "logFormat=json", "--wait", "--timeout", timeout,
+                "--reuse-values", "--set", "logFormat=json", "--force-conflicts",
+                "--wait", "--timeout", timeout,
                 cluster=cluster,
             )  # fmt: skip
             rolled = await admin.get(DEPLOYMENTS, OPERATOR_DEPLOYMENT, OPERATOR_NAMESPACE)
