@@ -18,6 +18,7 @@ import anyio
 import pytest
 import yaml
 
+from controlplane.cli import build_parser
 from tests.e2e.clusters import TestCluster
 from tests.e2e.helm import CHART, CI_VALUES, HELM_ONLY_LABELS, documents, helm, template
 from tests.e2e.kubectl import MANIFESTS, kubectl
@@ -178,8 +179,6 @@ async def test_values_reach_the_operator_as_flags_env_and_scheduling() -> None:
     assert all(d["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep" for d in crds)
 
     # The operator takes these flags: its own parser accepts the rendered command line.
-    from controlplane.cli import build_parser
-
     parsed = build_parser(only="operator").parse_args(container["args"])
     assert parsed.leader_elect_lease_duration == election["leaseDuration"]
 

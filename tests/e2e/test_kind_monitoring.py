@@ -140,6 +140,7 @@ async def test_the_monitors_select_the_operator_proxies_and_members_and_see_a_sw
     (service,) = services.items
     (endpoint,) = service_monitor["spec"]["endpoints"]
     (port,) = [p for p in service["spec"]["ports"] if p.get("name") == endpoint["port"]]
+    target = port["targetPort"]
     selected = ",".join(f"{k}={v}" for k, v in sorted(service["spec"]["selector"].items()))
     pods = await admin.list(PODS, OPERATOR_NAMESPACE, label_selector=selected)
     seen = []
@@ -147,9 +148,15 @@ async def test_the_monitors_select_the_operator_proxies_and_members_and_see_a_sw
         if (pod.get("status") or {}).get("phase") != "Running":
             continue
         name = pod["metadata"]["name"]
+        # The Service's targetPort names a container port; the pod proxy takes its number.
+        (number,) = [
+            p["containerPort"]
+            for container in pod["spec"]["containers"]
+            for p in container.get("ports") or ()
+            if target in (p.get("name"), p["containerPort"])
+        ]
         path = (
-            f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{name}:{port['targetPort']}"
-            f"/proxy{endpoint['path']}"
+            f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{name}:{number}/proxy{endpoint['path']}"
         )
         _, text, _ = await kubectl(cluster, "get", "--raw", path)
         seen.append(_reports_resident(text, namespace, "gpu", "b"))
