@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import anyio
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
@@ -43,29 +42,37 @@ MEMBER_PORT = 8080
 #: The router-proxy pods' labels that members' policies admit (docs/network.md).
 PROXY_LABELS = "app.kubernetes.io/name=router-proxy,app.kubernetes.io/managed-by=modelpool-operator"
 
-#: Run in a pod: for each ``HOST:PORT/PATH``, connect (5 s), send a GET and read the status line.
-#: Fresh pods with the proxies' labels tried, ALIKE_PAUSE seconds apart, before the enforcer must
-#: have admitted one (it learns a new pod's address from the pod's event).
-ALIKE_TRIES = 6
-ALIKE_PAUSE = 5.0
+#: How long a pod that should be let through keeps trying: the enforcer admits a new pod's address
+#: only once it has handled the pod's event, which a probe run at the container's start can beat
+#: (seconds under load). A pod that should be refused tries once.
+ADMISSION_PATIENCE = 60
 
+#: Run in a pod: for each ``HOST:PORT/PATH``, connect (5 s), send a GET and read the status line;
+#: the first argument is how many seconds to keep trying a target that does not answer.
 PROBE = """
-import json, socket, sys
+import json, socket, sys, time
+patience, targets = float(sys.argv[1]), sys.argv[2:]
 found = {}
-for target in sys.argv[1:]:
+for target in targets:
     address, _, path = target.partition("/")
     host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=5) as conn:
-            conn.sendall(f"GET /{path} HTTP/1.0\\r\\nHost: {host}\\r\\n\\r\\n".encode())
-            conn.settimeout(10)
-            found[target] = "answered " + conn.recv(64).decode(errors="replace").split("\\r\\n")[0]
-    except TimeoutError:
-        found[target] = "timed out"
-    except ConnectionRefusedError:
-        found[target] = "refused"
-    except OSError as err:
-        found[target] = f"failed: {err}"
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=5) as conn:
+                conn.sendall(f"GET /{path} HTTP/1.0\\r\\nHost: {host}\\r\\n\\r\\n".encode())
+                conn.settimeout(10)
+                head = conn.recv(64).decode(errors="replace").split("\\r\\n")[0]
+                found[target] = "answered " + head
+        except TimeoutError:
+            found[target] = "timed out"
+        except ConnectionRefusedError:
+            found[target] = "refused"
+        except OSError as err:
+            found[target] = f"failed: {err}"
+        if found[target].startswith("answered") or time.monotonic() >= deadline:
+            break
+        time.sleep(1)
 print(json.dumps(found))
 """
 
@@ -90,15 +97,21 @@ async def wait_enforcement(admin: KubeClient) -> None:
 
 
 async def probe_from_pod(
-    cluster: TestCluster, namespace: str, name: str, targets: list[str], labels: str = ""
+    cluster: TestCluster,
+    namespace: str,
+    name: str,
+    targets: list[str],
+    labels: str = "",
+    patience: float = 0,
 ) -> dict[str, str]:
-    """What a pod of ``namespace`` (with ``labels``) gets from each target."""
+    """What a pod of ``namespace`` (with ``labels``) gets from each target, trying one that does
+    not answer for ``patience`` seconds."""
     assert cluster.image is not None
     await kubectl(
         cluster, "-n", namespace, "run", name, f"--image={cluster.image}",
         *([f"--labels={labels}"] if labels else []),
         "--restart=Never", "--image-pull-policy=Never", "--command", "--",
-        "python", "-c", PROBE, *targets,
+        "python", "-c", PROBE, str(patience), *targets,
     )  # fmt: skip
     await kubectl(
         cluster, "-n", namespace, "wait", f"pod/{name}", "--timeout=120s",
@@ -164,20 +177,10 @@ async def test_only_proxies_and_the_operator_reach_a_member(
         assert plain[target] in ("refused", "timed out"), (target, plain)
 
     # The same pod with the proxies' labels is let through: the policy refuses, not the port.
-    # The enforcer admits a new pod's address once it has seen the pod (kube-router adds it to
-    # the policy's ipset on the pod's event: seconds under load), so a fresh pod is tried again.
-    tries: list[dict[str, str]] = []
-    while len(tries) < ALIKE_TRIES:
-        tries.append(
-            await probe_from_pod(
-                cluster, namespace, f"proxy-alike-{len(tries)}", [by_service], PROXY_LABELS
-            )
-        )
-        if tries[-1][by_service].startswith("answered HTTP/1.1 200"):
-            break
-        await anyio.sleep(ALIKE_PAUSE)
-    print(f"a pod with the proxies' labels, try by try: {tries}")
-    assert tries[-1][by_service].startswith("answered HTTP/1.1 200"), tries
+    alike = await probe_from_pod(
+        cluster, namespace, "proxy-alike", [by_service], PROXY_LABELS, ADMISSION_PATIENCE
+    )
+    assert alike[by_service].startswith("answered HTTP/1.1 200"), alike
 
     # Through the router: the proxy reaches a, then b after a swap whose drain passed the
     # operator's idle probe on a's /slots.
