@@ -214,6 +214,49 @@ async def ask_in_cluster(
     return dict(json.loads(out.strip().splitlines()[-1]))
 
 
+def chat_url(namespace: str) -> str:
+    """Router ``chat``'s chat completions, as a pod of the cluster reaches it (its Service)."""
+    return f"http://chat.{namespace}.svc/v1/chat/completions"
+
+
+async def wait_resident(admin: KubeClient, namespace: str, name: str) -> None:
+    """Until pool ``gpu`` says ``name`` holds its slot."""
+
+    async def resident() -> bool:
+        found = await admin.get(ModelPool.resource(), "gpu", namespace)
+        return (found.get("status") or {}).get("residentMember") == name
+
+    await eventually(resident, timeout=ROLLOUT_TIMEOUT, what=f"{name} resident")
+
+
+async def pool_behind_router(
+    admin: KubeClient,
+    cluster: TestCluster,
+    namespace: str,
+    *,
+    proxies: int,
+    server: str = "simulator",
+    swap_budget: str = "180s",
+    b_load_seconds: int | None = None,
+) -> None:
+    """Members ``a`` and ``b`` in pool ``gpu`` (``a`` by default) behind router ``chat`` with
+    ``proxies`` proxy replicas, returning once they are Available and ``a`` is resident; with
+    ``b_load_seconds``, ``b`` (a simulator) takes that long to load, so its swap lasts."""
+    assert cluster.image is not None
+    for name, seed in (("a", 1), ("b", 2)):
+        body = member(name, cluster, server, f"/models/tiny-{seed}.gguf")
+        if name == "b" and b_load_seconds is not None:
+            body["spec"]["args"] = ["--sim-load-seconds", str(b_load_seconds)]
+        await admin.create(ISVCS, body, namespace)
+    pool = pool_body("gpu", ("a", "b"), default="a", swap_budget=swap_budget)
+    await admin.create(ModelPool.resource(), pool, namespace)
+    body = router("chat", cluster.image, proxies)
+    body["spec"]["backends"] = [{"name": "gpu", "poolRef": {"name": "gpu"}}]
+    await admin.create(ROUTERS, body, namespace)
+    await wait_available(admin, namespace, "chat", proxies)
+    await wait_resident(admin, namespace, "a")
+
+
 async def test_a_request_through_the_routers_service_swaps_simulator_members(
     admin: KubeClient, cluster: TestCluster, namespace: str, operator_pod: str
 ) -> None:
@@ -238,28 +281,14 @@ async def swap_through_the_service(
         cluster.admin_config(), namespace, sample_processes=False
     ).start()
     try:
-        for name, seed in (("a", 1), ("b", 2)):
-            body = member(name, cluster, member_server, f"/models/tiny-{seed}.gguf")
-            await admin.create(ISVCS, body, namespace)
-        pool = pool_body("gpu", ("a", "b"), default="a", swap_budget="180s")
-        await admin.create(ModelPool.resource(), pool, namespace)
-        body = router("chat", cluster.image, 3)
-        body["spec"]["backends"] = [{"name": "gpu", "poolRef": {"name": "gpu"}}]
-        await admin.create(ROUTERS, body, namespace)
-        await wait_available(admin, namespace, "chat", 3)
-
-        async def resident(name: str) -> bool:
-            found = await admin.get(ModelPool.resource(), "gpu", namespace)
-            return (found.get("status") or {}).get("residentMember") == name
-
-        await eventually(lambda: resident("a"), timeout=ROLLOUT_TIMEOUT, what="a resident")
-        url = f"http://chat.{namespace}.svc/v1/chat/completions"
+        await pool_behind_router(admin, cluster, namespace, proxies=3, server=member_server)
+        url = chat_url(namespace)
         warm = await ask_in_cluster(cluster, namespace, "warm", url, "a")
         assert warm["status"] == 200, warm
         cold = await ask_in_cluster(cluster, namespace, "cold", url, "b")
         assert cold["status"] == 200, cold
         assert cold["body"]["model"] == "b"
-        await eventually(lambda: resident("b"), timeout=ROLLOUT_TIMEOUT, what="b resident")
+        await wait_resident(admin, namespace, "b")
         assert [(c.old, c.new) for c in monitor.residency_changes("gpu")][-1] == ("a", "b")
         # At most one member's pod at any instant (watch order), and settled: b's pod alone.
         monitor.settle()

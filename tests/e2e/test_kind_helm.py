@@ -20,13 +20,17 @@ from controlplane.controllers.rbac import OPERATOR_NAMESPACE
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import DEPLOYMENTS
-from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.helm import CHART, helm
-from tests.e2e.incluster import ROLLOUT_TIMEOUT, rolled_out_operator, wait_available
+from tests.e2e.incluster import ROLLOUT_TIMEOUT, rolled_out_operator
 from tests.e2e.invariants import PoolInvariantMonitor
 from tests.e2e.kubectl import KIND_OPERATOR_REPLICAS, OPERATOR_DEPLOYMENT, kubectl
-from tests.e2e.test_kind_cluster import ask_in_cluster, member, router
+from tests.e2e.test_kind_cluster import (
+    ask_in_cluster,
+    chat_url,
+    pool_behind_router,
+    wait_resident,
+)
 from tests.e2e.waiting import eventually
 
 pytestmark = pytest.mark.kind
@@ -50,7 +54,7 @@ def _sets(items: list[str]) -> list[str]:
     return [arg for item in items for arg in ("--set", item)]
 
 
-async def _pool_phase(admin: KubeClient, namespace: str) -> dict[str, Any]:
+async def _pool_status(admin: KubeClient, namespace: str) -> dict[str, Any]:
     found = await admin.get(ModelPool.resource(), "gpu", namespace)
     return dict(found.get("status") or {})
 
@@ -72,22 +76,11 @@ async def test_helm_installs_swaps_upgrades_mid_swap_and_uninstalls_keeping_crds
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
         assert deployment["metadata"]["annotations"]["meta.helm.sh/release-name"] == RELEASE
 
-        for name, seed, load in (("a", 1, 2), ("b", 2, SLOW_LOAD_SECONDS)):
-            body = member(name, cluster, "simulator", f"/models/tiny-{seed}.gguf")
-            body["spec"]["args"] = ["--sim-load-seconds", str(load)]
-            await admin.create(InferenceService.resource(), body, namespace)
-        pool = pool_body("gpu", ("a", "b"), default="a", swap_budget="240s")
-        await admin.create(ModelPool.resource(), pool, namespace)
-        body = router("chat", cluster.image, 2)
-        body["spec"]["backends"] = [{"name": "gpu", "poolRef": {"name": "gpu"}}]
-        await admin.create(ModelRouter.resource(), body, namespace)
-        await wait_available(admin, namespace, "chat", 2)
-
-        async def resident(name: str) -> bool:
-            return (await _pool_phase(admin, namespace)).get("residentMember") == name
-
-        await eventually(lambda: resident("a"), timeout=ROLLOUT_TIMEOUT, what="a resident")
-        url = f"http://chat.{namespace}.svc/v1/chat/completions"
+        await pool_behind_router(
+            admin, cluster, namespace, proxies=2, swap_budget="240s",
+            b_load_seconds=SLOW_LOAD_SECONDS,
+        )  # fmt: skip
+        url = chat_url(namespace)
         warm = await ask_in_cluster(cluster, namespace, "warm", url, "a")
         assert warm["status"] == 200, warm
 
@@ -100,7 +93,7 @@ async def test_helm_installs_swaps_upgrades_mid_swap_and_uninstalls_keeping_crds
             tasks.start_soon(ask_cold)
 
             async def swapping() -> bool:
-                return (await _pool_phase(admin, namespace)).get("pendingMember") == "b"
+                return (await _pool_status(admin, namespace)).get("pendingMember") == "b"
 
             await eventually(swapping, timeout=ROLLOUT_TIMEOUT, what="the swap to b started")
             # Mid-swap: new values roll both operator replicas (a leader hand-over included).
@@ -118,7 +111,7 @@ async def test_helm_installs_swaps_upgrades_mid_swap_and_uninstalls_keeping_crds
         cold = answers["cold"]
         assert cold["status"] == 200, cold
         assert cold["body"]["model"] == "b"
-        await eventually(lambda: resident("b"), timeout=ROLLOUT_TIMEOUT, what="b resident")
+        await wait_resident(admin, namespace, "b")
         assert [(c.old, c.new) for c in monitor.residency_changes("gpu")][-1] == ("a", "b")
         monitor.settle()
         monitor.check()

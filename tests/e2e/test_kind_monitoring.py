@@ -18,18 +18,19 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.resources import PODS, SERVICES
-from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
-from tests.e2e.incluster import ROLLOUT_TIMEOUT, wait_available
 from tests.e2e.invariants import PoolInvariantMonitor
 from tests.e2e.kubectl import MANIFESTS, kubectl
-from tests.e2e.test_kind_cluster import ask_in_cluster, member, router
+from tests.e2e.test_kind_cluster import (
+    ask_in_cluster,
+    chat_url,
+    pool_behind_router,
+    wait_resident,
+)
 from tests.e2e.test_storm import swaps_in
-from tests.e2e.waiting import eventually
 
 pytestmark = pytest.mark.kind
 
@@ -92,25 +93,10 @@ async def test_the_monitors_select_the_operator_proxies_and_members_and_see_a_sw
     monitor = PoolInvariantMonitor(cluster.admin_config(), namespace, sample_processes=False)
     monitor.start()
     try:
-        for name, seed in (("a", 1), ("b", 2)):
-            body = member(name, cluster, "simulator", f"/models/tiny-{seed}.gguf")
-            await admin.create(InferenceService.resource(), body, namespace)
-        pool = pool_body("gpu", ("a", "b"), default="a", swap_budget="180s")
-        await admin.create(ModelPool.resource(), pool, namespace)
-        body = router("chat", cluster.image, 2)
-        body["spec"]["backends"] = [{"name": "gpu", "poolRef": {"name": "gpu"}}]
-        await admin.create(ModelRouter.resource(), body, namespace)
-        await wait_available(admin, namespace, "chat", 2)
-
-        async def resident(name: str) -> bool:
-            found = await admin.get(ModelPool.resource(), "gpu", namespace)
-            return (found.get("status") or {}).get("residentMember") == name
-
-        await eventually(lambda: resident("a"), timeout=ROLLOUT_TIMEOUT, what="a resident")
-        url = f"http://chat.{namespace}.svc/v1/chat/completions"
-        cold = await ask_in_cluster(cluster, namespace, "cold", url, "b")
+        await pool_behind_router(admin, cluster, namespace, proxies=2)
+        cold = await ask_in_cluster(cluster, namespace, "cold", chat_url(namespace), "b")
         assert cold["status"] == 200, cold
-        await eventually(lambda: resident("b"), timeout=ROLLOUT_TIMEOUT, what="b resident")
+        await wait_resident(admin, namespace, "b")
         monitor.settle()
         monitor.check()
     finally:
