@@ -41,6 +41,20 @@ class Binaries:
     kubectl: Path | None
 
 
+def find_executable(variable: str, cached: Path, what: str, hint: str) -> Path:
+    """``$variable`` when set (it must be an executable), else the cached build at ``cached``;
+    raises :class:`BinaryNotFoundError` naming ``what`` is missing and ``hint`` (how to build
+    it). Shared by every tool the hack/ scripts build into the cache, so none skips silently."""
+    if explicit := os.environ.get(variable):
+        path = Path(explicit)
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+        raise BinaryNotFoundError(f"{variable}={explicit} is not an executable file")
+    if cached.is_file() and os.access(cached, os.X_OK):
+        return cached
+    raise BinaryNotFoundError(f"no {what} at {cached}: {hint}")
+
+
 def _candidate_folders() -> list[Path]:
     folders: list[Path] = []
     if assets := os.environ.get("KUBEBUILDER_ASSETS"):

@@ -6,12 +6,10 @@ a silent skip (the chart's tests fail without it).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Final
 
-from controlplane.envtest.binaries import cache_root
-from controlplane.envtest.errors import BinaryNotFoundError
+from controlplane.envtest.binaries import cache_root, find_executable
 
 #: The Helm release ``hack/build-helm.sh`` builds (kept in step with that script).
 HELM_VERSION: Final = "v4.3.2"
@@ -22,12 +20,7 @@ HELM_BINARY_VARIABLE: Final = "HELM_BINARY"
 def find_helm() -> Path:
     """``$HELM_BINARY``, else the cached build; raises :class:`BinaryNotFoundError` naming the
     command that builds it."""
-    if explicit := os.environ.get(HELM_BINARY_VARIABLE):
-        path = Path(explicit)
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-        raise BinaryNotFoundError(f"{HELM_BINARY_VARIABLE}={explicit} is not an executable file")
-    path = cache_root() / "bin" / f"helm-{HELM_VERSION}" / "helm"
-    if path.is_file() and os.access(path, os.X_OK):
-        return path
-    raise BinaryNotFoundError(f"no helm binary at {path}: run `make helm-bin` (hack/build-helm.sh)")
+    cached = cache_root() / "bin" / f"helm-{HELM_VERSION}" / "helm"
+    return find_executable(
+        HELM_BINARY_VARIABLE, cached, "helm binary", "run `make helm-bin` (hack/build-helm.sh)"
+    )

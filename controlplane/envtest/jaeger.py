@@ -17,7 +17,6 @@ span, start offset and duration, in start order, indented by depth.
 from __future__ import annotations
 
 import json
-import os
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -25,8 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from controlplane.envtest.binaries import cache_root
-from controlplane.envtest.errors import BinaryNotFoundError
+from controlplane.envtest.binaries import cache_root, find_executable
 from controlplane.envtest.process import ManagedProcess, free_port
 
 #: The version ``hack/build-jaeger.sh`` builds by default (kept in step with it).
@@ -85,15 +83,10 @@ exporters:
 def find_jaeger() -> Path:
     """``$JAEGER_BINARY``, else the cached build of :data:`JAEGER_VERSION`; raises
     :class:`BinaryNotFoundError` naming the command that builds it."""
-    if explicit := os.environ.get(JAEGER_BINARY_VARIABLE):
-        path = Path(explicit)
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-        raise BinaryNotFoundError(f"{JAEGER_BINARY_VARIABLE}={explicit} is not an executable file")
-    path = cache_root() / "bin" / f"jaeger-{JAEGER_VERSION}" / "jaeger"
-    if path.is_file() and os.access(path, os.X_OK):
-        return path
-    raise BinaryNotFoundError(f"no Jaeger binary at {path}: run hack/build-jaeger.sh")
+    cached = cache_root() / "bin" / f"jaeger-{JAEGER_VERSION}" / "jaeger"
+    return find_executable(
+        JAEGER_BINARY_VARIABLE, cached, "Jaeger binary", "run hack/build-jaeger.sh"
+    )
 
 
 class JaegerBackend:

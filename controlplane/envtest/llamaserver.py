@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Final
 
-from controlplane.envtest.binaries import cache_root
+from controlplane.envtest.binaries import cache_root, find_executable
 from controlplane.envtest.errors import BinaryNotFoundError
 
 #: The llama-cpp-python release whose vendored llama.cpp ``hack/build-llama-server.sh`` builds
@@ -34,17 +34,8 @@ def cached_build_folder() -> Path:
 def find_llama_server() -> Path:
     """``$LLAMA_SERVER_BINARY``, else the cached build; raises :class:`BinaryNotFoundError`
     naming the command that builds it."""
-    if explicit := os.environ.get(LLAMA_SERVER_BINARY_VARIABLE):
-        path = Path(explicit)
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-        raise BinaryNotFoundError(
-            f"{LLAMA_SERVER_BINARY_VARIABLE}={explicit} is not an executable file"
-        )
-    path = cached_build_folder() / "llama-server"
-    if path.is_file() and os.access(path, os.X_OK):
-        return path
-    raise BinaryNotFoundError(f"no llama-server binary at {path}: {_BUILD_HINT}")
+    cached = cached_build_folder() / "llama-server"
+    return find_executable(LLAMA_SERVER_BINARY_VARIABLE, cached, "llama-server binary", _BUILD_HINT)
 
 
 def find_llama_cpp_source() -> Path:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from controlplane.envtest.binaries import cache_root
+from controlplane.envtest.binaries import cache_root, find_executable
 from controlplane.envtest.errors import BinaryNotFoundError
 
 #: The Prometheus Go module version ``hack/build-prometheus.sh`` builds (kept in step with it).
@@ -52,17 +52,8 @@ def find_promtool() -> Path:
     :class:`BinaryNotFoundError` naming the command that builds it (and, under CI, when the
     variable is not set at all)."""
     _required_in_ci(PROMTOOL_BINARY_VARIABLE, "builds promtool (make promtool-bin)")
-    if explicit := os.environ.get(PROMTOOL_BINARY_VARIABLE):
-        path = Path(explicit)
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-        raise BinaryNotFoundError(
-            f"{PROMTOOL_BINARY_VARIABLE}={explicit} is not an executable file"
-        )
-    path = cache_root() / "bin" / f"prometheus-{PROMETHEUS_VERSION}" / "promtool"
-    if path.is_file() and os.access(path, os.X_OK):
-        return path
-    raise BinaryNotFoundError(f"no promtool at {path}: run `make promtool-bin`")
+    cached = cache_root() / "bin" / f"prometheus-{PROMETHEUS_VERSION}" / "promtool"
+    return find_executable(PROMTOOL_BINARY_VARIABLE, cached, "promtool", "run `make promtool-bin`")
 
 
 def find_prometheus_operator_crds() -> list[Path]:
