@@ -17,8 +17,9 @@ PROMTOOL = $(shell hack/build-prometheus.sh 2>/dev/null | tail -n 1)
 PROMETHEUS_OPERATOR_CRDS = $(shell hack/fetch-prometheus-operator-crds.sh 2>/dev/null | tail -n 1)
 
 .PHONY: help venv controlplane-bins jaeger-bin helm-bin promtool-bin prometheus-operator-crds llama-server test test-unit test-e2e lint demo dev clean bench bench-proxy \
-	bench-kv-swap bench-router-mode bench-fairness manifests check-rbac test-kind test-fuzz fuzz image kind-up deploy undeploy kind-down \
-	host-tools kind-tools kind-roots kind-node member-images network-policies kind-prereqs local-prereqs \
+	bench-kv-swap bench-router-mode bench-kind-switch bench-fairness manifests check-rbac test-kind test-fuzz fuzz image kind-up deploy undeploy kind-down \
+	host-tools kind-tools kind-roots kind-node member-images network-policies monitoring-images \
+	kind-prereqs local-prereqs \
 	ci-prereqs ci-fresh
 
 help:
@@ -44,9 +45,13 @@ help:
 	@echo "make bench-proxy        data path: proxy vs direct vs nginx, held requests, swaps"
 	@echo "make bench-kv-swap      KV cache across a swap with real members: prompt tokens, save/restore"
 	@echo "make bench-router-mode  switch time: llama.cpp's router mode vs our pool, real members"
+	@echo "make bench-kind-switch  the same on kind, phase by phase (a cluster of its own; ~5 min)"
 	@echo "make bench-fairness     who gets the slot when: our scheduler vs before it vs llama-swap"
 	@echo "make image              build the project image with no registry (starts Docker if needed)"
-	@echo "make kind-prereqs       everything the kind tier needs: kind's programs, node, member and kube-router images"
+	@echo "make kind-prereqs       everything the kind tier needs: kind's programs, node, member, kube-router"
+	@echo "                          and monitoring images"
+	@echo "make monitoring-images  the kind tier's real Prometheus: Prometheus, prometheus-operator and its"
+	@echo "                          config reloader from their Go modules, as images (no registry)"
 	@echo "make ci-prereqs         every build CI needs, in parallel (make -j6 ci-prereqs)"
 	@echo "make ci-fresh           .ci/run on a clean clone with every cache moved aside (a fresh machine)"
 	@echo "make kind-up            a one-node kind cluster from a node image built here (cached)"
@@ -108,7 +113,7 @@ test-e2e: venv controlplane-bins jaeger-bin llama-server helm-bin prometheus-ope
 # The kind tier (docs/kind.md): the same suite with --cluster=kind. Everything it runs is built
 # by its prerequisites before pytest starts; the suite only finds it (MODELPOOL_NO_BUILD).
 test-kind: venv controlplane-bins helm-bin kind-prereqs
-	HELM_BINARY="$(HELM)" $(BIN)/pytest tests/e2e --cluster=kind --cluster-name=modelpool-e2e $(PYTEST_ARGS)
+	HELM_BINARY="$(HELM)" PROMETHEUS_OPERATOR_CRDS="$(PROMETHEUS_OPERATOR_CRDS)" $(BIN)/pytest tests/e2e --cluster=kind --cluster-name=modelpool-e2e $(PYTEST_ARGS)
 
 manifests: venv
 	hack/gen-manifests
@@ -157,6 +162,12 @@ bench-router-mode: venv controlplane-bins llama-server
 	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/python -m bench.router_mode_bench --server "$(LLAMA_SERVER)" \
 		$(BENCH_ARGS)
 
+# The switch on the kind tier, phase by phase, against router mode in a pod (bench/README.md);
+# a kind cluster of its own, deleted at the end. BENCH_ARGS adds options (--switches N, --keep,
+# --cluster NAME to use one that exists).
+bench-kind-switch: venv controlplane-bins kind-prereqs
+	$(BIN)/python -m bench.kind_switch_bench $(BENCH_ARGS)
+
 # Fixed arrival traces against our pool, the pool before its scheduler and llama-swap (bench/README.md,
 # "Fairness"); BENCH_ARGS adds options (--systems, --seconds).
 bench-fairness: venv controlplane-bins
@@ -188,7 +199,12 @@ member-images: image llama-server
 network-policies: host-tools
 	@hack/timed.sh network-policies hack/build-network-policies.sh
 
-kind-prereqs: kind-node member-images network-policies
+# The kind tier's real Prometheus (docs/alerts.md): the server, prometheus-operator and its config
+# reloader built from their Go modules, as images; the operator's CRDs with them.
+monitoring-images: host-tools prometheus-operator-crds
+	@hack/timed.sh monitoring-images hack/build-monitoring-images.sh
+
+kind-prereqs: kind-node member-images network-policies monitoring-images
 
 # What the local tier (make test) needs, and every build CI needs; `make -j6` runs the
 # independent ones at once.

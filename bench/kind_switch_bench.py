@@ -1,0 +1,783 @@
+"""Switching models on the kind tier: our pool against llama.cpp's router mode in one pod of the
+same node, every phase of a switch measured (issue 22).
+
+* **ours**: the operator in the cluster (``manifests/default``, the project image), pool ``gpu``
+  of two real ``llama-server`` members ``tiny-1`` and ``tiny-2`` (the member image of
+  ``hack/build-image.sh --llama-server``, its two tiny models in ``/models``), behind router
+  ``chat`` (``--proxies`` replicas). A request for the parked model reaches the router's Service;
+  a proxy holds it and drives the swap through the pool's Lease; the pool controller drains the
+  resident once its ``/slots`` are idle, scales it to 0, waits until its pods are gone and grants
+  the target, whose Deployment goes to 1: a pod is created, scheduled, started, loads its model
+  and is seen ready, and the proxy forwards the request.
+* **router mode**: the same image and models in one pod, ``llama-server --models-dir /models
+  --models-max 1`` with the members' flags, behind a Service of its own. It starts a child
+  ``llama-server`` per model and, at the maximum of one, stops the idle one before it starts the
+  other. After each switch the client checks that ``/models`` lists only the asked model loaded.
+
+Both take the same flags for the server (``--parallel 1 --ctx-size 2048 --threads 1 --metrics``;
+2048 is the image's models' trained context), the same request sequence as ``make
+bench-router-mode`` (``tiny-1``, then ``--switches`` requests alternating ``tiny-2`` and
+``tiny-1``, each followed by one more for the same model; the same prompt of about 420 tokens, 8
+tokens out, streamed) and the same client: a pod of the cluster (the project image's Python and
+httpx) sending through the mode's Service, one new connection per request, so both paths are a
+pod's, through kube-proxy, on the same node.
+
+Each phase is read from what has sub-second time, all on one clock (the host, the kind node and
+the pods share the kernel's): the client's own stamps; a pod and EndpointSlice watch the
+benchmark holds open (stamped on receipt); and the CRI timestamps of ``kubectl logs
+--timestamps`` for the servers (llama-server logs ``llama_server: model loaded`` when it turns
+``/health`` 200, and stamps each line with its time since start) and the proxies (the direct
+probe's ``healthy by direct probe`` line, where the proxy has it). Kubernetes conditions (1 s
+resolution) are not used.
+
+    make bench-kind-switch [BENCH_ARGS="--switches 20 --keep"]
+
+The last line, for scripts: ``kind switch: ours A ms (overhead B ms above the load of C ms),
+router mode D ms (overhead E ms above the load of F ms), ratio Gx; readiness seen H ms after
+/health 200 (SOURCE)``, medians; SOURCE says what "readiness seen" read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import secrets
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from bench.kind_cluster import Cluster, KindError, kind_cluster
+from bench.real_pool import MAX_TOKENS, PROMPT
+
+GROUP: Final = "inference.modelpool.dev/v1alpha1"
+POOL: Final = "gpu"
+ROUTER: Final = "chat"
+MODELS: Final = ("tiny-1", "tiny-2")
+#: The models' trained context in the member image (hack/build-image.sh's TINY_CONTEXT).
+CONTEXT: Final = 2048
+#: The members' and router mode's server flags (the operator adds --metrics to a member's).
+SERVER_FLAGS: Final = ("--parallel", "1", "--ctx-size", str(CONTEXT), "--threads", "1")
+SERVER_PORT: Final = 8080
+ROUTER_MODE: Final = "router-mode"
+ISVC_LABEL: Final = "inference.modelpool.dev/inferenceservice"
+PROXY_LABEL: Final = "inference.modelpool.dev/modelrouter"
+READY_TIMEOUT: Final = 300.0
+#: The target of issue 22: our switch above the model's own load, median.
+OVERHEAD_TARGET_MS: Final = 300.0
+#: The target of issue 22: the new member seen ready after its /health first answers 200.
+READINESS_TARGET_MS: Final = 100.0
+
+#: The client, run in a pod: argv URL SWITCHES MODEL_A MODEL_B CHECK_LOADED, the prompt in
+#: $PROMPT; one JSON line per request (wall-clock stamps: sent, first token, answer complete).
+CLIENT: Final = r"""
+import json, os, sys, time, httpx
+url, switches, models, check = sys.argv[1], int(sys.argv[2]), sys.argv[3:5], sys.argv[5] == "1"
+prompt, max_tokens = os.environ["PROMPT"], int(os.environ["MAX_TOKENS"])
+def ask(model, kind, index):
+    body = {"model": model, "max_tokens": max_tokens, "stream": True,
+            "messages": [{"role": "user", "content": prompt}]}
+    sent = time.time(); first = None; named = None; timings = {}; status = 0
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=300) as answer:
+        status = answer.status_code
+        for line in answer.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            named = chunk.get("model") or named
+            timings = chunk.get("timings") or timings
+            for choice in chunk.get("choices") or ():
+                if first is None and (choice.get("delta") or {}).get("content"):
+                    first = time.time()
+        if status != 200:
+            print(json.dumps({"error": f"{model}: HTTP {status}: {answer.read()[:300]!r}"}))
+            sys.exit(1)
+    done = time.time()
+    record = {"index": index, "kind": kind, "model": model, "named": named, "sent": sent,
+              "first_token": first or done, "done": done, "prompt_n": timings.get("prompt_n")}
+    if check and kind == "switch":
+        listed = httpx.get(url + "/models", timeout=30).json()["data"]
+        record["loaded"] = [m["id"] for m in listed
+                            if (m.get("status") or {}).get("value") == "loaded"]
+    print(json.dumps(record), flush=True)
+ask(models[0], "first", 0)
+for i in range(switches):
+    model = models[(i + 1) % 2]
+    ask(model, "switch", i + 1)
+    ask(model, "next", i + 1)
+"""
+
+
+# --- what the cluster runs --------------------------------------------------------------------
+
+
+def pool_objects(namespace: str, llama_image: str, proxies: int) -> list[dict[str, Any]]:
+    """The two members, the pool (``tiny-1`` its default) and the router in front of it."""
+    members = [
+        {
+            "apiVersion": GROUP,
+            "kind": "InferenceService",
+            "metadata": {"name": model, "namespace": namespace},
+            "spec": {
+                "model": {"name": model, "source": f"/models/{model}.gguf"},
+                "image": llama_image,
+                "args": list(SERVER_FLAGS),
+            },
+        }
+        for model in MODELS
+    ]
+    return [
+        *members,
+        {
+            "apiVersion": GROUP,
+            "kind": "ModelPool",
+            "metadata": {"name": POOL, "namespace": namespace},
+            "spec": {
+                "members": [{"inferenceServiceRef": {"name": m}} for m in MODELS],
+                "default": MODELS[0],
+                "swapBudget": "180s",
+            },
+        },
+        {
+            "apiVersion": GROUP,
+            "kind": "ModelRouter",
+            "metadata": {"name": ROUTER, "namespace": namespace},
+            "spec": {
+                "backends": [{"name": "gpu", "poolRef": {"name": POOL}}],
+                "proxy": {"replicas": proxies},
+            },
+        },
+    ]
+
+
+def router_mode_objects(namespace: str, llama_image: str) -> list[dict[str, Any]]:
+    """llama.cpp's router mode in one pod over the image's two models, and its Service."""
+    labels = {"app.kubernetes.io/name": ROUTER_MODE}
+    args = ["--models-dir", "/models", "--models-max", "1", "--host", "0.0.0.0",
+            "--port", str(SERVER_PORT), "--metrics", *SERVER_FLAGS]  # fmt: skip
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": ROUTER_MODE, "namespace": namespace, "labels": labels},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "server",
+                        "image": llama_image,
+                        "imagePullPolicy": "Never",
+                        "args": args,
+                        "ports": [{"name": "http", "containerPort": SERVER_PORT}],
+                        "readinessProbe": {
+                            "httpGet": {"path": "/health", "port": "http"},
+                            "periodSeconds": 1,
+                        },
+                    }
+                ],
+                "automountServiceAccountToken": False,
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": ROUTER_MODE, "namespace": namespace},
+            "spec": {"selector": labels, "ports": [{"port": 80, "targetPort": "http"}]},
+        },
+    ]
+
+
+def client_pod(
+    namespace: str, name: str, image: str, url: str, switches: int, check: bool
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "bench-client"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "client",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "command": ["python", "-c", CLIENT],
+                    "args": [url, str(switches), *MODELS, "1" if check else "0"],
+                    "env": [
+                        {"name": "PROMPT", "value": PROMPT},
+                        {"name": "MAX_TOKENS", "value": str(MAX_TOKENS)},
+                    ],
+                }
+            ],
+        },
+    }
+
+
+# --- what the benchmark watches ---------------------------------------------------------------
+
+
+class Stream:
+    """A ``kubectl`` that keeps printing (a watch, a followed log), read by a thread that stamps
+    what arrives with the wall clock; :meth:`stop` ends it."""
+
+    def __init__(self, argv: list[str], on_text: Callable[[float, str], None]) -> None:
+        self.process = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        self._on_text = on_text
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._on_text(time.time(), line)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+        self.process.wait(timeout=30)
+        self.thread.join(timeout=30)
+
+
+class Watch:
+    """``kubectl get KIND --watch --output-watch-events -o json``: every event with the time it
+    arrived, parsed as the JSON objects come in."""
+
+    def __init__(self, cluster: Cluster, namespace: str, kind: str) -> None:
+        self.events: list[tuple[float, str, dict[str, Any]]] = []
+        self._buffer = ""
+        self._decoder = json.JSONDecoder()
+        self._lock = threading.Lock()
+        argv = cluster.argv("get", kind, "-n", namespace, "--watch", "--output-watch-events",
+                            "-o", "json")  # fmt: skip
+        self._stream = Stream(argv, self._text)
+
+    def _text(self, at: float, text: str) -> None:
+        self._buffer += text
+        while True:
+            stripped = self._buffer.lstrip()
+            if not stripped:
+                self._buffer = ""
+                return
+            try:
+                event, end = self._decoder.raw_decode(stripped)
+            except json.JSONDecodeError:
+                self._buffer = stripped
+                return
+            self._buffer = stripped[end:]
+            with self._lock:
+                self.events.append((at, str(event.get("type")), dict(event.get("object") or {})))
+
+    def snapshot(self) -> list[tuple[float, str, dict[str, Any]]]:
+        with self._lock:
+            return list(self.events)
+
+    def stop(self) -> None:
+        self._stream.stop()
+
+
+def cri_time(stamp: str) -> float:
+    """An RFC 3339 timestamp of ``kubectl logs --timestamps`` (nanoseconds) as epoch seconds."""
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    base = datetime.fromisoformat(whole + "+00:00").timestamp()
+    return base + float(f"0.{fraction or '0'}")
+
+
+def timestamped(text: str) -> list[tuple[float, str]]:
+    """``kubectl logs --timestamps`` output as (epoch seconds, line)."""
+    found: list[tuple[float, str]] = []
+    for line in text.splitlines():
+        stamp, _, rest = line.partition(" ")
+        try:
+            found.append((cri_time(stamp), rest))
+        except ValueError:
+            continue
+    return found
+
+
+class MemberLogs:
+    """Every member pod's log, followed (``kubectl logs -f --timestamps``) from the moment its
+    container runs, so a pod deleted by the next switch keeps its log here."""
+
+    def __init__(self, cluster: Cluster, namespace: str) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.lines: dict[str, list[tuple[float, str]]] = {}
+        self._streams: list[Stream] = []
+        self._lock = threading.Lock()
+
+    def follow(self, pod: str) -> None:
+        with self._lock:
+            if pod in self.lines:
+                return
+            self.lines[pod] = []
+        threading.Thread(target=self._follow, args=(pod,), daemon=True).start()
+
+    def _follow(self, pod: str) -> None:
+        def keep(_at: float, line: str) -> None:
+            self.lines[pod].extend(timestamped(line))
+
+        argv = self.cluster.argv("logs", "-n", self.namespace, pod, "-c", "server", "-f",
+                                 "--timestamps")  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until the container has started
+            stream = Stream(argv, keep)
+            with self._lock:
+                self._streams.append(stream)
+            stream.process.wait()
+            stream.thread.join(timeout=30)
+            if self.lines[pod] or stream.process.returncode == 0:
+                return
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        with self._lock:
+            streams = list(self._streams)
+        for stream in streams:
+            stream.stop()
+
+
+# --- the server's log: start, healthy -----------------------------------------------------------
+
+#: llama-server's own stamp on each line: minutes.seconds.milliseconds.microseconds since start.
+SERVER_STAMP: Final = re.compile(r"(\d+)\.(\d{2})\.(\d{3})\.(\d{3}) ")
+#: The line llama-server logs as it turns /health 200 (checked against a 1 ms /health poll on
+#: this build: within 5-50 ms on a loaded 2-core machine, the poller's own delay included).
+LOADED_LINE: Final = "llama_server: model loaded"
+
+
+def server_clock(line: str) -> float | None:
+    match = SERVER_STAMP.search(line)
+    if match is None:
+        return None
+    minutes, seconds, ms, us = (int(g) for g in match.groups())
+    return minutes * 60 + seconds + ms / 1e3 + us / 1e6
+
+
+def server_times(lines: list[tuple[float, str]]) -> tuple[float, float] | None:
+    """A llama-server's start (its first line's time less its own stamp: the process's start)
+    and the time it logged the model loaded; None when either is missing."""
+    start = loaded = None
+    for at, line in lines:
+        own = server_clock(line)
+        if start is None and own is not None:
+            start = at - own
+        if LOADED_LINE in line:
+            loaded = at
+            break
+    return (start, loaded) if start is not None and loaded is not None else None
+
+
+# --- one switch, phase by phase -----------------------------------------------------------------
+
+#: The phases of a switch, in order; each is the time from the previous mark to this one.
+PHASES: Final = (
+    ("drain wait", "request sent → old pod Terminating", "request → idle child evicted"),
+    ("old pod gone", "→ old pod deleted", "→ old child exited"),
+    ("new pod created", "→ new pod in the watch", "—"),
+    ("new pod scheduled", "→ new pod bound to the node", "→ new child spawned"),
+    ("container started", "→ llama-server process started", "→ child process started"),
+    ("server healthy (the load)", "→ `model loaded` (/health 200)", "→ `model loaded`"),
+    ("readiness seen", "→ proxy's direct probe / EndpointSlice ready", "→ router proxies to it"),
+    ("first token", "→ first token at the client", "→ first token at the client"),
+    ("answer complete", "→ last token at the client", "→ last token at the client"),
+)
+
+
+@dataclass
+class Switch:
+    """One switch: the client's request and the marks of its phases (epoch seconds; None where a
+    mode has no such step)."""
+
+    record: dict[str, Any]
+    marks: list[float | None]
+    readiness_source: str = ""
+
+    @property
+    def total(self) -> float:
+        return float(self.record["done"]) - float(self.record["sent"])
+
+    def phase(self, index: int) -> float | None:
+        """The time of phase ``index``: from the last mark before it to its own."""
+        mark = self.marks[index]
+        if mark is None:
+            return None
+        before = [m for m in self.marks[:index] if m is not None]
+        return mark - (before[-1] if before else float(self.record["sent"]))
+
+    @property
+    def load(self) -> float:
+        started, healthy = self.marks[4], self.marks[5]
+        assert started is not None
+        assert healthy is not None
+        return healthy - started
+
+    @property
+    def readiness(self) -> float:
+        ready, healthy = self.marks[6], self.marks[5]
+        assert ready is not None
+        assert healthy is not None
+        return ready - healthy
+
+
+@dataclass
+class Run:
+    """A mode's run: the first request, each switch, each request after a switch."""
+
+    first: dict[str, Any]
+    switches: list[Switch]
+    nexts: list[dict[str, Any]] = field(default_factory=list)
+
+
+def in_window(at: float, record: dict[str, Any]) -> bool:
+    return float(record["sent"]) <= at <= float(record["done"])
+
+
+def first_event(
+    events: list[tuple[float, str, dict[str, Any]]],
+    pod: str,
+    test: Callable[[str, dict[str, Any]], bool],
+) -> float | None:
+    for at, kind, obj in events:
+        if obj.get("metadata", {}).get("name") == pod and test(kind, obj):
+            return at
+    return None
+
+
+def running(_kind: str, pod: dict[str, Any]) -> bool:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or ()
+    return any("running" in (s.get("state") or {}) for s in statuses)
+
+
+def ours_switch(
+    record: dict[str, Any],
+    pods: list[tuple[float, str, dict[str, Any]]],
+    slices: list[tuple[float, str, dict[str, Any]]],
+    member_logs: dict[str, list[tuple[float, str]]],
+    probe_lines: list[tuple[float, str]],
+) -> Switch:
+    """The marks of one switch of ours, from the watches and the logs."""
+    target = record["model"]
+
+    def label(obj: dict[str, Any]) -> str | None:
+        return (obj.get("metadata", {}).get("labels") or {}).get(ISVC_LABEL)
+
+    terminating = [
+        (at, obj["metadata"]["name"])
+        for at, kind, obj in pods
+        if label(obj) not in (None, target)
+        and obj["metadata"].get("deletionTimestamp")
+        and in_window(at, record)
+    ]
+    created = [
+        (at, obj["metadata"]["name"])
+        for at, kind, obj in pods
+        if kind == "ADDED" and label(obj) == target and in_window(at, record)
+    ]
+    if not terminating or not created:
+        raise SystemExit(f"switch {record['index']} to {target}: the watch saw no old pod "
+                         f"terminating or no new pod in the request's time")  # fmt: skip
+    drained, old = terminating[0]
+    new_at, new = created[0]
+    gone = first_event(pods, old, lambda kind, _obj: kind == "DELETED")
+    bound = first_event(pods, new, lambda _k, obj: bool((obj.get("spec") or {}).get("nodeName")))
+    times = server_times(member_logs.get(new, []))
+    if times is None:
+        raise SystemExit(f"switch {record['index']}: no start or `{LOADED_LINE}` in {new}'s log")
+    started, healthy = times
+    probed = [at for at, member in probe_lines if member == target and in_window(at, record)]
+    source = "proxy's direct probe"
+    seen: float | None = probed[0] if probed else None
+    if seen is None:
+        source = "EndpointSlice"
+        for at, _kind, obj in slices:
+            for endpoint in obj.get("endpoints") or ():
+                ref = (endpoint.get("targetRef") or {}).get("name")
+                if ref == new and (endpoint.get("conditions") or {}).get("ready"):
+                    seen = at
+                    break
+            if seen is not None:
+                break
+    marks: list[float | None] = [drained, gone, new_at, bound, started, healthy, seen,
+                                 float(record["first_token"]), float(record["done"])]  # fmt: skip
+    if any(m is None for m in marks):
+        raise SystemExit(f"switch {record['index']}: a mark is missing: {marks}")
+    return Switch(record, marks, source)
+
+
+#: Router mode's own lines (the parent's; a child's come prefixed with ``[PORT]``).
+EVICTED: Final = re.compile(r"evicting idle LRU name=(\S+)")
+EXITED: Final = re.compile(r"run: instance name=(\S+) exited")
+SPAWNED: Final = re.compile(r"spawning server instance with name=(\S+) on port (\d+)")
+PROXYING: Final = re.compile(r"proxying request to model (\S+) on port (\d+)")
+CHILD: Final = re.compile(r"^\[(\d+)\] (.*)$")
+
+
+def router_mode_switch(record: dict[str, Any], lines: list[tuple[float, str]]) -> Switch:
+    """The marks of one switch in router mode, from its pod's log."""
+    window = [(at, line) for at, line in lines if in_window(at, record)]
+    target = record["model"]
+
+    def first(pattern: re.Pattern[str], test: Callable[[re.Match[str]], bool]) -> float | None:
+        for at, line in window:
+            match = pattern.search(line)
+            if match is not None and test(match):
+                return at
+        return None
+
+    evicted = first(EVICTED, lambda m: m.group(1) != target)
+    exited = first(EXITED, lambda m: m.group(1) != target)
+    port = ""
+    spawned = None
+    for at, line in window:
+        match = SPAWNED.search(line)
+        if match is not None and match.group(1) == target:
+            spawned, port = at, match.group(2)
+            break
+    child = [
+        (at, match.group(2))
+        for at, line in window
+        if (match := CHILD.match(line)) is not None and match.group(1) == port
+    ]
+    times = server_times(child)
+    proxied = first(PROXYING, lambda m: m.group(1) == target and m.group(2) == port)
+    if times is None or None in (evicted, exited, spawned, proxied):
+        raise SystemExit(f"router mode, switch {record['index']}: its log lacks a step "
+                         f"{[evicted, exited, spawned, times, proxied]}")  # fmt: skip
+    started, healthy = times
+    marks: list[float | None] = [evicted, exited, None, spawned, started, healthy, proxied,
+                                 float(record["first_token"]), float(record["done"])]  # fmt: skip
+    return Switch(record, marks, "its proxying line")
+
+
+# --- running the modes ----------------------------------------------------------------------------
+
+
+def run_client(
+    cluster: Cluster, namespace: str, name: str, url: str, switches: int, *, check: bool
+) -> list[dict[str, Any]]:
+    """The client pod's sequence against ``url``; its records, checked."""
+    cluster.apply([client_pod(namespace, name, cluster.builds.image, url, switches, check)])
+    deadline = time.monotonic() + READY_TIMEOUT + switches * 120
+    phase = ""
+    while time.monotonic() < deadline:
+        phase = cluster.kubectl("get", "-n", namespace, "pod", name, "-o",
+                                "jsonpath={.status.phase}")  # fmt: skip
+        if phase in ("Succeeded", "Failed"):
+            break
+        time.sleep(0.5)
+    out = cluster.kubectl("logs", "-n", namespace, name)
+    if phase != "Succeeded":
+        raise SystemExit(f"the client {name} ended {phase or 'never'}:\n{out[-3000:]}")
+    records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    for record in records:
+        if record.get("named") != record.get("model"):
+            raise SystemExit(f"asked {record['model']}, answered by {record.get('named')}")
+        if "loaded" in record and record["loaded"] != [record["model"]]:
+            raise SystemExit(f"router mode: {record['loaded']} loaded after a switch to "
+                             f"{record['model']}")  # fmt: skip
+    return records
+
+
+def wait_for(what: str, test: Callable[[], bool], timeout: float = READY_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while not test():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what}: not in {timeout:.0f} s")
+        time.sleep(0.5)
+
+
+def run_ours(cluster: Cluster, namespace: str, switches: int, proxies: int) -> Run:
+    cluster.apply(pool_objects(namespace, cluster.builds.llama_image, proxies))
+
+    def settled() -> bool:
+        pool = cluster.get(namespace, "modelpool", POOL).get("status") or {}
+        proxy = cluster.get(namespace, "deployment", f"{ROUTER}-proxy").get("status") or {}
+        return (
+            pool.get("residentMember") == MODELS[0]
+            and pool.get("phase") == "Ready"
+            and proxy.get("availableReplicas") == proxies
+        )
+
+    wait_for("the pool with tiny-1 resident and the proxies available", _quiet(settled))
+    pods = Watch(cluster, namespace, "pods")
+    slices = Watch(cluster, namespace, "endpointslices")
+    logs = MemberLogs(cluster, namespace)
+    following = threading.Event()
+
+    def follow_members() -> None:  # every member pod's log, once its container runs
+        while not following.is_set():
+            for _at, _kind, obj in pods.snapshot():
+                labels = obj.get("metadata", {}).get("labels") or {}
+                if ISVC_LABEL in labels and running("", obj):
+                    logs.follow(obj["metadata"]["name"])
+            time.sleep(0.02)
+
+    follower = threading.Thread(target=follow_members, daemon=True)
+    follower.start()
+    try:
+        records = run_client(cluster, namespace, "client-ours", f"http://{ROUTER}.{namespace}.svc",
+                             switches, check=False)  # fmt: skip
+        time.sleep(1)  # the last events and lines arrive
+    finally:
+        following.set()
+        follower.join(timeout=10)
+        pods.stop()
+        slices.stop()
+        logs.stop()
+    probe_lines = proxy_probe_lines(cluster, namespace)
+    pod_events, slice_events = pods.snapshot(), slices.snapshot()
+    found = [
+        ours_switch(r, pod_events, slice_events, logs.lines, probe_lines)
+        for r in records
+        if r["kind"] == "switch"
+    ]
+    return Run(records[0], found, [r for r in records if r["kind"] == "next"])
+
+
+#: The line the proxy logs when its direct probe finds the new member healthy.
+PROBED: Final = re.compile(r"pool \S+: member (\S+) healthy by direct probe")
+
+
+def proxy_probe_lines(cluster: Cluster, namespace: str) -> list[tuple[float, str]]:
+    """(time, member) of every ``healthy by direct probe`` line of the router's proxies."""
+    names = cluster.kubectl("get", "pods", "-n", namespace, "-l", f"{PROXY_LABEL}={ROUTER}",
+                            "-o", "jsonpath={.items[*].metadata.name}").split()  # fmt: skip
+    found: list[tuple[float, str]] = []
+    for name in names:
+        text = cluster.kubectl("logs", "-n", namespace, name, "--timestamps", "--tail=-1")
+        for at, line in timestamped(text):
+            if (match := PROBED.search(line)) is not None:
+                found.append((at, match.group(1)))
+    return sorted(found)
+
+
+def run_router_mode(cluster: Cluster, namespace: str, switches: int) -> Run:
+    cluster.apply(router_mode_objects(namespace, cluster.builds.llama_image))
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", f"pod/{ROUTER_MODE}",
+                    f"--timeout={READY_TIMEOUT:.0f}s")  # fmt: skip
+    records = run_client(cluster, namespace, "client-router-mode",
+                         f"http://{ROUTER_MODE}.{namespace}.svc", switches, check=True)  # fmt: skip
+    time.sleep(0.5)
+    text = cluster.kubectl("logs", "-n", namespace, ROUTER_MODE, "--timestamps", "--tail=-1")
+    lines = timestamped(text)
+    found = [router_mode_switch(r, lines) for r in records if r["kind"] == "switch"]
+    return Run(records[0], found, [r for r in records if r["kind"] == "next"])
+
+
+def _quiet(test: Callable[[], bool]) -> Callable[[], bool]:
+    """``test``, False while the objects it reads do not exist yet."""
+
+    def guarded() -> bool:
+        try:
+            return test()
+        except KindError:
+            return False
+
+    return guarded
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def _ms(values: list[float]) -> str:
+    if not values:
+        return "—"
+    ms = [v * 1000 for v in values]
+    return f"{statistics.median(ms):.0f} ({min(ms):.0f} to {max(ms):.0f})"
+
+
+def median_ms(values: Iterator[float] | list[float]) -> float:
+    return statistics.median(list(values)) * 1000
+
+
+def report(ours: Run, router_mode: Run) -> str:
+    """The table, then the final line (returned too)."""
+    runs = {"ours": ours, "router mode": router_mode}
+    print(f"\n{len(ours.switches)} switches per mode; ms, median (min to max); each phase is the "
+          "time from the previous mark to its own")  # fmt: skip
+    print("| phase | ours: mark | ours | router mode: mark | router mode |")
+    print("|---|---|---|---|---|")
+    for index, (label, ours_mark, router_mark) in enumerate(PHASES):
+        cells = []
+        for run in runs.values():
+            values = [p for s in run.switches if (p := s.phase(index)) is not None]
+            cells.append(_ms(values))
+        print(f"| {label} | {ours_mark} | {cells[0]} | {router_mark} | {cells[1]} |")
+    rows: list[tuple[str, Callable[[Run], str]]] = [
+        ("**the request that switched** (sent → answer complete)",
+         lambda r: _ms([s.total for s in r.switches])),
+        ("of which the server's own load (start → healthy)",
+         lambda r: _ms([s.load for s in r.switches])),
+        ("**overhead above the load** (switch minus load, per switch)",
+         lambda r: _ms([s.total - s.load for s in r.switches])),
+        ("the next request (no switch)",
+         lambda r: _ms([float(n["done"]) - float(n["sent"]) for n in r.nexts])),
+        ("prompt tokens processed after a switch",
+         lambda r: f"{statistics.median(s.record.get('prompt_n') or 0 for s in r.switches):g}"),
+    ]  # fmt: skip
+    for label, cell in rows:
+        print(f"| {label} | | {cell(ours)} | | {cell(router_mode)} |")
+
+    ours_ms = median_ms([s.total for s in ours.switches])
+    router_ms = median_ms([s.total for s in router_mode.switches])
+    overhead = median_ms([s.total - s.load for s in ours.switches])
+    router_overhead = median_ms([s.total - s.load for s in router_mode.switches])
+    readiness = median_ms([s.readiness for s in ours.switches])
+    sources = sorted({s.readiness_source for s in ours.switches})
+    met = {True: "met", False: "NOT met"}
+    print(f"\ntargets (issue 22): overhead above the load ≤ {OVERHEAD_TARGET_MS:.0f} ms: "
+          f"{met[overhead <= OVERHEAD_TARGET_MS]} ({overhead:.0f}); readiness seen "
+          f"≤ {READINESS_TARGET_MS:.0f} ms after /health 200: "
+          f"{met[readiness <= READINESS_TARGET_MS]} ({readiness:.0f})")  # fmt: skip
+    line = (
+        f"kind switch: ours {ours_ms:.0f} ms (overhead {overhead:.0f} ms above the load of "
+        f"{median_ms([s.load for s in ours.switches]):.0f} ms), router mode {router_ms:.0f} ms "
+        f"(overhead {router_overhead:.0f} ms above the load of "
+        f"{median_ms([s.load for s in router_mode.switches]):.0f} ms), ratio "
+        f"{ours_ms / router_ms:.1f}x; readiness seen {readiness:.0f} ms after /health 200 "
+        f"({' + '.join(sources)})"
+    )
+    print(line)
+    return line
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--switches", type=int, default=10, help="switches per mode (>= 1)")
+    parser.add_argument("--proxies", type=int, default=2, help="the router's proxy replicas")
+    parser.add_argument("--cluster", help="an existing kind cluster to use (else one is made)")
+    parser.add_argument("--cluster-name", default="modelpool-bench",
+                        help="the name of the cluster made (default modelpool-bench)")  # fmt: skip
+    parser.add_argument("--keep", action="store_true", help="keep the cluster made")
+    args = parser.parse_args()
+    if args.switches < 1:
+        parser.error("--switches must be at least 1")
+    started = time.monotonic()
+    create = args.cluster is None
+    with kind_cluster(args.cluster or args.cluster_name, create=create, keep=args.keep) as cluster:
+        ready = time.monotonic()
+        namespace = f"bench-switch-{secrets.token_hex(3)}"
+        cluster.kubectl("create", "namespace", namespace)
+        try:
+            ours = run_ours(cluster, namespace, args.switches, args.proxies)
+            # Router mode's pod is made only now; ours stays idle (its resident member and
+            # proxies wait) while router mode is measured.
+            router_mode = run_router_mode(cluster, namespace, args.switches)
+        finally:
+            if not create or args.keep:
+                cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+        measured = time.monotonic()
+    print(f"\ncluster ready in {ready - started:.0f} s, both modes measured in "
+          f"{measured - ready:.0f} s, {time.monotonic() - started:.0f} s in all")  # fmt: skip
+    report(ours, router_mode)
+
+
+if __name__ == "__main__":
+    main()
