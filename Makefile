@@ -113,7 +113,7 @@ test-e2e: venv controlplane-bins jaeger-bin llama-server helm-bin prometheus-ope
 # The kind tier (docs/kind.md): the same suite with --cluster=kind. Everything it runs is built
 # by its prerequisites before pytest starts; the suite only finds it (MODELPOOL_NO_BUILD).
 test-kind: venv controlplane-bins helm-bin kind-prereqs
-	HELM_BINARY="$(HELM)" PROMETHEUS_OPERATOR_CRDS="$(PROMETHEUS_OPERATOR_CRDS)" $(BIN)/pytest tests/e2e --cluster=kind --cluster-name=modelpool-e2e $(PYTEST_ARGS)
+	HELM_BINARY="$(HELM)" $(BIN)/pytest tests/e2e --cluster=kind --cluster-name=modelpool-e2e $(PYTEST_ARGS)
 
 manifests: venv
 	hack/gen-manifests
@@ -201,7 +201,7 @@ network-policies: host-tools
 
 # The kind tier's real Prometheus (docs/alerts.md): the server, prometheus-operator and its config
 # reloader built from their Go modules, as images; the operator's CRDs with them.
-monitoring-images: host-tools prometheus-operator-crds
+monitoring-images: host-tools
 	@hack/timed.sh monitoring-images hack/build-monitoring-images.sh
 
 kind-prereqs: kind-node member-images network-policies monitoring-images

@@ -5,7 +5,8 @@ unchanged on all three. The kind cluster is made from the node image ``hack/`` b
 registry), through pytest-kind's :class:`~pytest_kind.KindCluster`, with the configuration
 ``hack/kind-up.sh --print-config`` gives, and the project image is loaded into it; kube-router's
 network policy controller (``hack/kind-network-policies.yaml``) enforces NetworkPolicies there,
-which the node's bridge CNI does not.
+which the node's bridge CNI does not. The images of a real Prometheus, prometheus-operator and its
+config reloader (``hack/build-monitoring-images.sh``) are loaded too, for the test that runs them.
 
 Nothing is built here: ``make test-kind`` builds kind's programs and every image as Make
 prerequisites (``make kind-prereqs``) before pytest starts, and the suite runs the same scripts
@@ -29,6 +30,21 @@ from controlplane.runtime.config import ClientConfig
 REPO = Path(__file__).resolve().parents[2]
 
 
+@dataclass(frozen=True)
+class MonitoringImages:
+    """The kind tier's real Prometheus, built from Go modules: its three images and the folder of
+    prometheus-operator's CRDs of the same release (``hack/build-monitoring-images.sh`` prints
+    them in this order)."""
+
+    prometheus: str
+    operator: str
+    config_reloader: str
+    crds: str
+
+    def images(self) -> tuple[str, str, str]:
+        return (self.prometheus, self.operator, self.config_reloader)
+
+
 @dataclass
 class TestCluster:
     """One API server the suite talks to, with an admin identity."""
@@ -45,6 +61,8 @@ class TestCluster:
     image: str | None = None
     sim_image: str | None = None
     llama_image: str | None = None
+    #: kind only: the images of the real Prometheus the monitors are tested with.
+    monitoring: MonitoringImages | None = None
 
     def admin_config(self) -> ClientConfig:
         return ClientConfig.from_kubeconfig(self.admin_kubeconfig)
@@ -133,6 +151,7 @@ def start_kind(name: str, workdir: Path) -> TestCluster:
     tools = Path(hack("build-kind-tools.sh", env=FIND_ONLY))
     image, sim_image, llama_image = hack_lines("build-image.sh", "--all", env=FIND_ONLY)[-3:]
     network_policies = hack("build-network-policies.sh", env=FIND_ONLY)
+    monitoring = MonitoringImages(*hack_lines("build-monitoring-images.sh", env=FIND_ONLY)[-4:])
     config = workdir / "kind-config.yaml"
     config.write_text("\n".join(hack_lines("kind-up.sh", "--print-config", env=FIND_ONLY)) + "\n")
     kubectl = Path(hack("build-controlplane.sh", env=FIND_ONLY)) / "kubectl"
@@ -144,6 +163,8 @@ def start_kind(name: str, workdir: Path) -> TestCluster:
     cluster.load_docker_image(image)
     for member_image in (sim_image, llama_image):
         cluster.load_docker_image(member_image)
+    for monitoring_image in monitoring.images():
+        cluster.load_docker_image(monitoring_image)
     enforce_network_policies(cluster, network_policies)
     return TestCluster(
         "kind",
@@ -152,6 +173,7 @@ def start_kind(name: str, workdir: Path) -> TestCluster:
         image=image,
         sim_image=sim_image,
         llama_image=llama_image,
+        monitoring=monitoring,
     )
 
 
