@@ -378,7 +378,8 @@ def server_times(lines: list[tuple[float, str]]) -> tuple[float, float] | None:
 
 #: The phases of a switch, in order; each is the time from the previous mark to this one.
 PHASES: Final = (
-    ("drain wait", "request sent → old pod Terminating", "request → idle child evicted"),
+    ("hold, intent", "request sent → pool's Lease claimed", "request → queued for its model"),
+    ("drain wait", "→ old pod Terminating (idle gate, scale to 0)", "→ idle child evicted"),
     ("old pod gone", "→ old pod deleted", "→ old child exited"),
     ("new pod created", "→ new pod in the watch", "—"),
     ("new pod scheduled", "→ new pod bound to the node", "→ new child spawned"),
@@ -388,6 +389,8 @@ PHASES: Final = (
     ("first token", "→ first token at the client", "→ first token at the client"),
     ("answer complete", "→ last token at the client", "→ last token at the client"),
 )
+#: Where the marks of the server's start, its health and its readiness seen are in PHASES.
+STARTED, HEALTHY, SEEN = 5, 6, 7
 
 
 @dataclass
@@ -413,14 +416,14 @@ class Switch:
 
     @property
     def load(self) -> float:
-        started, healthy = self.marks[4], self.marks[5]
+        started, healthy = self.marks[STARTED], self.marks[HEALTHY]
         assert started is not None
         assert healthy is not None
         return healthy - started
 
     @property
     def readiness(self) -> float:
-        ready, healthy = self.marks[6], self.marks[5]
+        ready, healthy = self.marks[SEEN], self.marks[HEALTHY]
         assert ready is not None
         assert healthy is not None
         return ready - healthy
@@ -461,6 +464,7 @@ def ours_switch(
     slices: list[tuple[float, str, dict[str, Any]]],
     member_logs: dict[str, list[tuple[float, str]]],
     probe_lines: list[tuple[float, str]],
+    leases: list[tuple[float, str, dict[str, Any]]],
 ) -> Switch:
     """The marks of one switch of ours, from the watches and the logs."""
     target = record["model"]
@@ -484,6 +488,16 @@ def ours_switch(
         raise SystemExit(f"switch {record['index']} to {target}: the watch saw no old pod "
                          f"terminating or no new pod in the request's time")  # fmt: skip
     drained, old = terminating[0]
+    claimed = next(
+        (
+            at
+            for at, _kind, obj in leases
+            if obj.get("metadata", {}).get("name") == f"modelpool-pool-{POOL}"
+            and (obj.get("spec") or {}).get("holderIdentity")
+            and in_window(at, record)
+        ),
+        None,
+    )
     new_at, new = created[0]
     gone = first_event(pods, old, lambda kind, _obj: kind == "DELETED")
     bound = first_event(pods, new, lambda _k, obj: bool((obj.get("spec") or {}).get("nodeName")))
@@ -504,7 +518,7 @@ def ours_switch(
                     break
             if seen is not None:
                 break
-    marks: list[float | None] = [drained, gone, new_at, bound, started, healthy, seen,
+    marks: list[float | None] = [claimed, drained, gone, new_at, bound, started, healthy, seen,
                                  float(record["first_token"]), float(record["done"])]  # fmt: skip
     if any(m is None for m in marks):
         raise SystemExit(f"switch {record['index']}: a mark is missing: {marks}")
@@ -512,6 +526,7 @@ def ours_switch(
 
 
 #: Router mode's own lines (the parent's; a child's come prefixed with ``[PORT]``).
+QUEUED: Final = re.compile(r"request for name=(\S+) queued")
 EVICTED: Final = re.compile(r"evicting idle LRU name=(\S+)")
 EXITED: Final = re.compile(r"run: instance name=(\S+) exited")
 SPAWNED: Final = re.compile(r"spawning server instance with name=(\S+) on port (\d+)")
@@ -531,6 +546,7 @@ def router_mode_switch(record: dict[str, Any], lines: list[tuple[float, str]]) -
                 return at
         return None
 
+    queued = first(QUEUED, lambda m: m.group(1) == target)
     evicted = first(EVICTED, lambda m: m.group(1) != target)
     exited = first(EXITED, lambda m: m.group(1) != target)
     port = ""
@@ -547,11 +563,11 @@ def router_mode_switch(record: dict[str, Any], lines: list[tuple[float, str]]) -
     ]
     times = server_times(child)
     proxied = first(PROXYING, lambda m: m.group(1) == target and m.group(2) == port)
-    if times is None or None in (evicted, exited, spawned, proxied):
+    if times is None or None in (queued, evicted, exited, spawned, proxied):
         raise SystemExit(f"router mode, switch {record['index']}: its log lacks a step "
                          f"{[evicted, exited, spawned, times, proxied]}")  # fmt: skip
     started, healthy = times
-    marks: list[float | None] = [evicted, exited, None, spawned, started, healthy, proxied,
+    marks: list[float | None] = [queued, evicted, exited, None, spawned, started, healthy, proxied,
                                  float(record["first_token"]), float(record["done"])]  # fmt: skip
     return Switch(record, marks, "its proxying line")
 
@@ -608,6 +624,7 @@ def run_ours(cluster: Cluster, namespace: str, switches: int, proxies: int) -> R
     wait_for("the pool with tiny-1 resident and the proxies available", _quiet(settled))
     pods = Watch(cluster, namespace, "pods")
     slices = Watch(cluster, namespace, "endpointslices")
+    leases = Watch(cluster, namespace, "leases")
     logs = MemberLogs(cluster, namespace)
     following = threading.Event()
 
@@ -630,11 +647,12 @@ def run_ours(cluster: Cluster, namespace: str, switches: int, proxies: int) -> R
         follower.join(timeout=10)
         pods.stop()
         slices.stop()
+        leases.stop()
         logs.stop()
     probe_lines = proxy_probe_lines(cluster, namespace)
     pod_events, slice_events = pods.snapshot(), slices.snapshot()
     found = [
-        ours_switch(r, pod_events, slice_events, logs.lines, probe_lines)
+        ours_switch(r, pod_events, slice_events, logs.lines, probe_lines, leases.snapshot())
         for r in records
         if r["kind"] == "switch"
     ]
