@@ -183,6 +183,7 @@ class NodeStandInProcess(LocalProcess):
         token_seconds: float | None = None,
         router_proxies: bool = False,
         llama_server: Path | None = None,
+        starting_poll_seconds: float | None = None,
         cwd: Path | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
@@ -200,6 +201,8 @@ class NodeStandInProcess(LocalProcess):
             args.append("--router-proxies")
         if llama_server is not None:
             args += ["--llama-server", str(llama_server)]
+        if starting_poll_seconds is not None:
+            args += ["--starting-poll-seconds", str(starting_poll_seconds)]
         super().__init__(args, workdir / "sim-node.log", cwd=cwd, name="sim-node", env=env)
 
     def router_addresses(self) -> dict[str, str]:

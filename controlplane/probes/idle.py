@@ -27,6 +27,10 @@ class IdleReport:
     #: Slots (or the runtime's unit of concurrency) reported, and how many were processing.
     slots: int = 0
     processing: int = 0
+    #: The server answered the probe with a success status: it is up, whatever the body says.
+    #: A starting member (not yet Ready) that did not is not serving and may be released
+    #: (docs/modelpool.md, "Drain").
+    answered: bool = False
 
 
 class IdleProbe(Protocol):

@@ -18,6 +18,7 @@ and its request carries the span's W3C ``traceparent``, so a traced member joins
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -70,6 +71,11 @@ def read_slots(status_code: int, body: bytes) -> IdleReport:
     """Judge one ``/slots`` answer (the pure part of the probe)."""
     if status_code != 200:
         return IdleReport(IdleOutcome.FAILED, f"/slots answered {status_code}")
+    return dataclasses.replace(_read_slots_body(body), answered=True)
+
+
+def _read_slots_body(body: bytes) -> IdleReport:
+    """Judge the body of a 200 answer to ``/slots``."""
     try:
         slots = _DECODE(body)
     except msgspec.DecodeError:

@@ -22,6 +22,11 @@ for the same target joins one :class:`Swap` on this replica, and its driver task
 * renews at a third of the Lease's duration while the target comes up; a holder that has not
   renewed within the Lease's duration (measured from when its last successful renew was *sent*,
   so never later than any reader's expiry) counts the Lease as lost and stops acting on it;
+* **forwards before the readiness probe** (:mod:`controlplane.router.directready`): once the
+  pool has granted the target the slot, it asks the target's starting pod ``/health`` directly
+  every ``--direct-health-interval`` and, at the first 200, hands that address to the held
+  requests, while it still holds the Lease (so the target stays the pool's owner and is drained
+  only through the idle gate);
 * ends when the target is the pool's Ready resident with a ready endpoint, when the target is
   Failed (502 to its requests), when nobody waits for it any more (below), or when the replica
   stops (503 ``proxy_stopping``).
@@ -73,6 +78,7 @@ from controlplane.api.v1alpha1.modelpool import DEFAULT_SWAP_BUDGET
 from controlplane.clock import TimeSource
 from controlplane.router import metrics
 from controlplane.router.demand import DEFAULT_ACTIVITY_WINDOW_SECONDS, LocalDemand, PoolLeases
+from controlplane.router.directready import DirectReady, direct_candidates
 from controlplane.router.errors import (
     MIN_RETRY_AFTER_SECONDS,
     ActivationFailed,
@@ -118,6 +124,10 @@ class ClusterView(Protocol):
     def isvc(self, name: str) -> ObjectView | None: ...
 
     def member_urls(self, member: str) -> list[str]: ...
+
+    def member_starting_urls(self, member: str) -> list[str]:
+        """Where the member's pods that are listed but not ready (nor terminating) answer."""
+        ...
 
     def pool_leases(self, pool: str) -> list[ObjectView]:
         """The Leases labelled with ``pool``: its intent and every replica's demand report."""
@@ -176,6 +186,9 @@ class Swap:
     renew_sent_at: float = 0.0  # when the last renew attempt was sent
     renewed_ok_at: float = 0.0  # when the last successful claim or renew was sent
     linger_until: float = 0.0  # an unattended holder keeps going until then
+    #: The target's address once its server answered ``/health`` 200 to our own probe, before
+    #: the pool says it is resident; handed to held requests only while we hold the Lease.
+    direct_url: str | None = None
     #: The driver's span: child of the hold that started the swap, linked from those that joined.
     span: trace.Span = trace.INVALID_SPAN
     started_by: trace.Span | None = None  # the hold span current when the swap was started
@@ -202,6 +215,7 @@ class Activator:
         max_held: int = DEFAULT_MAX_HELD_REQUESTS,
         clock: TimeSource = time.monotonic,
         tracing: bool = True,
+        direct_ready: DirectReady | None = None,
     ) -> None:
         self.view = view
         self.coordinator = coordinator
@@ -239,6 +253,8 @@ class Activator:
         #: Whether spans are exported: without, a held request makes no ``hold`` span (a no-op
         #: span still cost 2 KB per held request: its context managers and context tokens).
         self.tracing = tracing
+        #: The driver's own ``/health`` probe of a granted target (None: wait for readiness).
+        self.direct_ready = direct_ready
         self._group: anyio.abc.TaskGroup | None = None
 
     async def start(self) -> None:
@@ -377,7 +393,7 @@ class Activator:
             with anyio.move_on_after(budget):
                 while True:
                     event = self.notifier.snapshot()
-                    url = self.ready_url(pool, member)
+                    url = self.ready_url(pool, member) or self._direct_url(swap)
                     if url is not None:
                         return url
                     if swap.error is not None:
@@ -454,6 +470,15 @@ class Activator:
 
     # -- driving one swap ------------------------------------------------------------------------
 
+    def _direct_url(self, swap: Swap) -> str | None:
+        """The address our own probe found the target up at, while we hold the Lease for it and
+        the endpoint is still listed (not terminating)."""
+        url = swap.direct_url
+        if url is None or not swap.holding:
+            return None
+        listed = url in self.view.member_starting_urls(swap.member)
+        return url if listed or url in self.view.member_urls(swap.member) else None
+
     def _end(self, swap: Swap) -> str | None:
         """Why ``swap`` ends now, or None while it goes on."""
         if self.ready_url(swap.pool, swap.member) is not None:
@@ -481,6 +506,8 @@ class Activator:
                     if not await self._keep(swap):
                         continue  # lost: judged again at once, claim again or wait for the holder
                     wait = self._holder_sleep(swap)
+                    if self.direct_ready is not None and swap.direct_url is None:
+                        wait = min(wait, await self._probe_direct(swap, self.direct_ready))
                 else:
                     turn = self.schedule.turn(swap.pool)
                     swap.busy = turn.member != swap.member
@@ -507,6 +534,25 @@ class Activator:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._finish(swap)
+
+    async def _probe_direct(self, swap: Swap, direct: DirectReady) -> float:
+        """Ask the granted target's starting pods ``/health``; at the first 200, hand its address
+        to the held requests. How long until the next probe (the backstop when nothing to ask)."""
+        pool = self.view.pool(swap.pool)
+        urls = direct_candidates(pool, swap.member, self.view.member_starting_urls(swap.member))
+        if not urls:
+            return POLL_SECONDS  # a change of the pool or its slices wakes us
+        url = await direct.first_healthy(urls)
+        if url is None:
+            return direct.interval
+        swap.direct_url = url
+        # The requests it answers leave the swap unattended; it must still run (and hold the
+        # intent) until the pool names the target resident, within the budget.
+        swap.linger_until = max(swap.linger_until, self.clock() + self.budget(swap.pool))
+        swap.span.add_event("healthy by direct probe", {"url.full": url})
+        log.info("pool %s: member %s healthy by direct probe at %s", swap.pool, swap.member, url)
+        self.notifier.notify()
+        return POLL_SECONDS
 
     def _give_up_turn(self, swap: Swap) -> None:
         """A swap the scheduler passed over leaves this replica's turn to the one it picks,
@@ -562,6 +608,7 @@ class Activator:
     def _lose(self, swap: Swap, why: str) -> None:
         log.warning("pool %s: lost the Lease while bringing up %s: %s", swap.pool, swap.member, why)
         swap.holding = False
+        swap.direct_url = None  # found under a Lease we no longer hold: asked again if regained
 
     async def _finish(self, swap: Swap) -> None:
         pool, member = swap.pool, swap.member

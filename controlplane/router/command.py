@@ -23,6 +23,7 @@ from controlplane.cliargs import (
     seconds,
 )
 from controlplane.preflight import EXIT_DENIED, PreflightDenied
+from controlplane.probes.health import DEFAULT_HEALTH_TIMEOUT_SECONDS
 from controlplane.router.activator import DEFAULT_MAX_HELD_REQUESTS
 from controlplane.router.apikeyfiles import DEFAULT_RELOAD_INTERVAL_SECONDS, ApiKeyDirError
 from controlplane.router.app import DEFAULT_MAX_BODY_BYTES
@@ -31,6 +32,7 @@ from controlplane.router.demand import (
     DEFAULT_REPORT_DURATION_SECONDS,
     DEFAULT_REPORT_INTERVAL_SECONDS,
 )
+from controlplane.router.directready import DEFAULT_DIRECT_HEALTH_INTERVAL_SECONDS
 from controlplane.router.heldstream import DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS
 from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
 from controlplane.router.routing import DEFAULT_MAX_JSON_DEPTH
@@ -202,6 +204,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"accepted or refused without a restart (default {DEFAULT_RELOAD_INTERVAL_SECONDS:g})",
     )
     parser.add_argument(
+        "--direct-health-interval",
+        type=seconds,
+        default=DEFAULT_DIRECT_HEALTH_INTERVAL_SECONDS,
+        help="seconds: how often a swap's driver asks the pod the pool granted /health itself "
+        "and forwards its held requests at the first 200, before the readiness probe, the "
+        f"EndpointSlice and the pool's status say so (default "
+        f"{DEFAULT_DIRECT_HEALTH_INTERVAL_SECONDS:g}; 0: off, wait for them)",
+    )
+    parser.add_argument(
+        "--direct-health-timeout",
+        type=positive_float,
+        default=DEFAULT_HEALTH_TIMEOUT_SECONDS,
+        help="seconds one such /health probe may take; beyond, it counts as not yet "
+        f"(default {DEFAULT_HEALTH_TIMEOUT_SECONDS:g})",
+    )
+    parser.add_argument(
         "--audit-successes",
         action="store_true",
         help="log each 2xx answer's audit line at INFO (default DEBUG; errors are always INFO)",
@@ -237,6 +255,8 @@ def settings_from(args: argparse.Namespace) -> RouterProxySettings:
         held_stream_keepalive_seconds=args.held_stream_keepalive,
         api_keys_dir=args.api_keys_dir,
         api_keys_reload_seconds=args.api_keys_reload_interval,
+        direct_health_interval_seconds=args.direct_health_interval,
+        direct_health_timeout_seconds=args.direct_health_timeout,
     )
 
 

@@ -18,19 +18,21 @@ from typing import Any
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.api.v1alpha1.activation import POOL_LABEL
 from controlplane.preflight import Component
+from controlplane.probes.health import HealthProbe
 from controlplane.process import default_identity, gate_on_preflight
 from controlplane.router.activator import Activator, Notifier
 from controlplane.router.apikeyfiles import ApiKeyFiles
 from controlplane.router.apikeys import ApiKeys
 from controlplane.router.app import ProxyContext, build_app
 from controlplane.router.demand import DemandReporter, LocalDemand, PoolLeases
+from controlplane.router.directready import DirectReady
 from controlplane.router.errors import request_refusal
 from controlplane.router.lease import LeaseCoordinator
 from controlplane.router.settings import UPSTREAM_CLIENTS, RouterProxySettings
 from controlplane.router.upstream import AiohttpUpstream, Upstream, UpstreamTimeouts
 from controlplane.runtime.coalescing import http_protocol
 from controlplane.runtime.config import ClientConfig
-from controlplane.runtime.endpoints import member_urls
+from controlplane.runtime.endpoints import member_urls, starting_urls
 from controlplane.runtime.httpserver import bind, serve
 from controlplane.runtime.informer import DeletedFinalStateUnknown, Informer
 from controlplane.runtime.manager import Manager, ManagerOptions
@@ -164,6 +166,11 @@ class CacheView:
         self._urls[member] = (generation, urls)
         return list(urls)
 
+    def member_starting_urls(self, member: str) -> list[str]:
+        """The member's listed pods that are neither ready nor terminating (read only by a swap's
+        driver, so not kept)."""
+        return starting_urls(self._slices.store, self.namespace, member)
+
 
 class ProxyServer:
     """The HTTP server as a manager runnable, on a socket bound before the manager starts."""
@@ -216,6 +223,14 @@ def _api_keys(manager: Manager, settings: RouterProxySettings) -> Callable[[], A
     return files.current
 
 
+def _direct_ready(settings: RouterProxySettings) -> DirectReady | None:
+    """The swap driver's own ``/health`` probe of its target, unless turned off (interval 0)."""
+    if settings.direct_health_interval_seconds <= 0:
+        return None
+    probe = HealthProbe(timeout=settings.direct_health_timeout_seconds)
+    return DirectReady(probe, settings.direct_health_interval_seconds)
+
+
 def build_router_proxy(
     settings: RouterProxySettings, *, tracing: bool = True
 ) -> tuple[Manager, Activator]:
@@ -253,6 +268,7 @@ def build_router_proxy(
         activity_window=settings.activity_window_seconds,
         max_held=settings.max_held_requests,
         tracing=tracing,
+        direct_ready=_direct_ready(settings),
     )
     # A Lease change (the pool's intent, any replica's demand report: one every few seconds
     # per replica) wakes the swap drivers only; a driver whose target it makes ready ends its

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from controlplane.probes.health import DEFAULT_HEALTH_TIMEOUT_SECONDS
 from controlplane.router.activator import DEFAULT_MAX_HELD_REQUESTS
 from controlplane.router.apikeyfiles import DEFAULT_RELOAD_INTERVAL_SECONDS
 from controlplane.router.app import DEFAULT_MAX_BODY_BYTES
@@ -17,6 +18,7 @@ from controlplane.router.demand import (
     DEFAULT_REPORT_DURATION_SECONDS,
     DEFAULT_REPORT_INTERVAL_SECONDS,
 )
+from controlplane.router.directready import DEFAULT_DIRECT_HEALTH_INTERVAL_SECONDS
 from controlplane.router.heldstream import DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS
 from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
 from controlplane.router.routing import DEFAULT_MAX_JSON_DEPTH
@@ -84,6 +86,12 @@ class RouterProxySettings:
     #: Seconds between the comments that keep a held streamed request open; 0: off
     #: (:mod:`controlplane.router.heldstream`).
     held_stream_keepalive_seconds: float = DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS
+    #: How often a swap's driver asks its granted target's starting pod ``/health`` itself, to
+    #: forward at the first 200 rather than after the readiness probe; 0: off
+    #: (:mod:`controlplane.router.directready`).
+    direct_health_interval_seconds: float = DEFAULT_DIRECT_HEALTH_INTERVAL_SECONDS
+    #: How long one such probe may take.
+    direct_health_timeout_seconds: float = DEFAULT_HEALTH_TIMEOUT_SECONDS
     #: Where the accepted API keys are, one per file (the Secret's volume); None: no key asked.
     api_keys_dir: Path | None = None
     #: Seconds between two reads of ``api_keys_dir`` (rotation without a restart).

@@ -12,7 +12,9 @@ decodes a fresh copy per read, so a scan costs one decode per slice in the names
 :func:`pod_urls` finds one pod's address among a Service's endpoints, ready or not: the KV cache of
 a member is restored into its pod *before* that pod is Ready, so it cannot wait to be listed ready
 (the endpoint controller lists a not-ready pod with ``conditions.ready`` false and a ``targetRef``
-naming it).
+naming it). :func:`starting_urls` finds the endpoints that are listed but not ready and not
+terminating: a pod whose server may be answering before its readiness probe has said so, which
+the swap's driver probes directly and the pool controller drains through its idle gate.
 """
 
 from __future__ import annotations
@@ -40,9 +42,14 @@ def connect_host(address: str, address_type: str) -> str:
 
 
 def ready_urls(
-    slices: Iterable[Mapping[str, Any]], port_name: str | None = None, scheme: str = "http"
+    slices: Iterable[Mapping[str, Any]],
+    port_name: str | None = None,
+    scheme: str = "http",
+    *,
+    ready: bool = True,
 ) -> list[str]:
-    """``scheme://host:port`` of every ready endpoint, on the named port (or the first)."""
+    """``scheme://host:port`` of every ready endpoint, on the named port (or the first); with
+    ``ready=False``, of every endpoint that is *not* ready and not terminating instead."""
     urls: list[str] = []
     for slice_ in slices:
         ports = slice_.get("ports") or []
@@ -50,7 +57,10 @@ def ready_urls(
         if port is None or port.get("port") is None:
             continue
         for endpoint in slice_.get("endpoints") or ():
-            if not (endpoint.get("conditions") or {}).get("ready"):
+            conditions = endpoint.get("conditions") or {}
+            if bool(conditions.get("ready")) != ready:
+                continue
+            if not ready and conditions.get("terminating"):
                 continue
             for address in endpoint.get("addresses") or ():
                 host = connect_host(address, str(slice_.get("addressType", "IPv4")))
@@ -102,6 +112,13 @@ def member_urls(store: Store, namespace: str, member: str) -> list[str]:
     :data:`MEMBER_PORT_NAME`. The router-proxy dispatches to the first; the pool controller
     probes them all. One function, so both agree."""
     return service_urls(store, namespace, member, MEMBER_PORT_NAME)
+
+
+def starting_urls(store: Store, namespace: str, member: str) -> list[str]:
+    """Where member ``member``'s pods that are listed but neither ready nor terminating answer,
+    sorted: a starting server, perhaps up before its readiness probe says so."""
+    slices = [s for key in service_slice_keys(store, namespace, member) if (s := store.get(key))]
+    return sorted(set(ready_urls(slices, MEMBER_PORT_NAME, ready=False)))
 
 
 def pod_urls(

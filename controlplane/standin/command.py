@@ -12,10 +12,11 @@ from pathlib import Path
 
 import anyio
 
-from controlplane.cliargs import seconds
+from controlplane.cliargs import positive_float, seconds
 from controlplane.standin.settings import (
     DEFAULT_LOAD_SECONDS,
     DEFAULT_RESYNC_SECONDS,
+    DEFAULT_STARTING_POLL_SECONDS,
     DEFAULT_TOKEN_SECONDS,
     NodeSettings,
 )
@@ -38,6 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=seconds,
         default=DEFAULT_RESYNC_SECONDS,
         help="how often a running simulator is re-checked (the kubelet's sync loop)",
+    )
+    parser.add_argument(
+        "--starting-poll-seconds",
+        type=positive_float,
+        default=DEFAULT_STARTING_POLL_SECONDS,
+        help="how often a starting server's /health is asked until it answers 200 and its pod is "
+        "marked Ready (a kubelet's readiness periodSeconds, at least 1 s on a real node; default "
+        f"{DEFAULT_STARTING_POLL_SECONDS:g})",
     )
     parser.add_argument(
         "--log-dir",
@@ -81,6 +90,7 @@ def settings_from(args: argparse.Namespace) -> NodeSettings:
         load_seconds=args.load_seconds,
         token_seconds=args.token_seconds,
         resync_seconds=args.resync_seconds,
+        starting_poll_seconds=args.starting_poll_seconds,
         log_dir=log_dir,
         router_proxies=args.router_proxies,
         llama_server=args.llama_server,

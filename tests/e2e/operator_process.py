@@ -146,6 +146,7 @@ def start_node(
     monitor: bool = True,
     llama_server: Path | None = None,
     router_proxies: bool = False,
+    starting_poll_seconds: float | None = None,
 ) -> WatchedNode:
     """The node stand-in as the admin (it plays kubelet and built-in controllers); for a
     ``namespace``, with the pool invariant monitor (``monitor=False`` to go without); with
@@ -162,6 +163,7 @@ def start_node(
             token_seconds=token_seconds,
             llama_server=llama_server,
             router_proxies=router_proxies,
+            starting_poll_seconds=starting_poll_seconds,
             cwd=REPO,
         )
     except BaseException:

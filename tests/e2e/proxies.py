@@ -55,6 +55,15 @@ async def start_proxies(
 ) -> list[RouterProxyProcess]:
     """``count`` proxies under a ServiceAccount bound to a Role of ROUTER_PROXY_RULES only;
     ``env`` is added to their environment, ``extra_args`` to their flags."""
+    kubeconfig = await proxy_kubeconfig(cluster, admin, namespace, workdir)
+    return await run_proxies(kubeconfig, namespace, workdir, started, count, env, extra_args)
+
+
+async def proxy_kubeconfig(
+    cluster: TestCluster, admin: KubeClient, namespace: str, workdir: Path
+) -> Path:
+    """The proxies' ServiceAccount, bound to a Role of ROUTER_PROXY_RULES only, and a kubeconfig
+    with its token."""
     await admin.create(SERVICE_ACCOUNTS, {"metadata": {"name": PROXY_ACCOUNT}}, namespace)
     await admin.create(
         ROLES,
@@ -78,10 +87,29 @@ async def start_proxies(
         namespace,
     )
     token = await service_account_token(admin, namespace, PROXY_ACCOUNT)
-    kubeconfig = kubeconfig_for_token(cluster.admin_kubeconfig, token, workdir / "proxy.kubeconfig")
+    return kubeconfig_for_token(cluster.admin_kubeconfig, token, workdir / "proxy.kubeconfig")
+
+
+async def run_proxies(
+    kubeconfig: Path,
+    namespace: str,
+    workdir: Path,
+    started: list[LocalProcess],
+    count: int,
+    env: Mapping[str, str] | None = None,
+    extra_args: Sequence[str] = (),
+    prefix: str = "proxy",
+) -> list[RouterProxyProcess]:
+    """``count`` proxies named ``PREFIX-I`` with ``kubeconfig``, each ready when returned."""
     proxies = [
         RouterProxyProcess(
-            kubeconfig, workdir, namespace, f"proxy-{i}", cwd=REPO, env=env, extra_args=extra_args
+            kubeconfig,
+            workdir,
+            namespace,
+            f"{prefix}-{i}",
+            cwd=REPO,
+            env=env,
+            extra_args=extra_args,
         )
         for i in range(count)
     ]

@@ -135,6 +135,8 @@ class FakeView:
         self.pools: dict[str, Object] = {}
         self.isvcs: dict[str, Object] = {}
         self.urls: dict[str, list[str]] = {}
+        #: Listed endpoints that are not ready (a starting pod), by member.
+        self.starting: dict[str, list[str]] = {}
         #: The Lease informer's cache is the fake API's Leases (it delivers every write at once).
         self.api = api
 
@@ -159,6 +161,9 @@ class FakeView:
 
     def member_urls(self, member: str) -> list[str]:
         return list(self.urls.get(member, []))
+
+    def member_starting_urls(self, member: str) -> list[str]:
+        return list(self.starting.get(member, []))
 
     def make_resident(self, pool: str, member: str) -> None:
         self.pools[pool].setdefault("status", {})["residentMember"] = member

@@ -17,6 +17,7 @@ from controlplane.runtime.endpoints import (
     endpoint_urls_by_pod,
     member_urls,
     ready_urls,
+    starting_urls,
 )
 from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
@@ -63,6 +64,29 @@ def test_only_ready_endpoints_on_the_named_port() -> None:
     assert ready_urls(slices, "http") == ["http://127.0.0.1:41000"]
     assert ready_urls(slices) == ["http://127.0.0.1:41000", "http://10.0.0.9:9090"]
     assert ready_urls([]) == []
+
+
+def test_starting_endpoints_are_the_listed_ones_neither_ready_nor_terminating() -> None:
+    slice_ = {
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080}],
+        "endpoints": [
+            {"addresses": ["10.0.0.1"], "conditions": {"ready": True}},
+            {"addresses": ["10.0.0.2"], "conditions": {"ready": False, "terminating": False}},
+            {"addresses": ["10.0.0.3"], "conditions": {"ready": False, "terminating": True}},
+            {"addresses": ["10.0.0.4"]},
+        ],
+    }  # fmt: skip
+    assert ready_urls([slice_], "http", ready=False) == [
+        "http://10.0.0.2:8080",
+        "http://10.0.0.4:8080",
+    ]
+    assert ready_urls([slice_], "http") == ["http://10.0.0.1:8080"]
+    store = Store()
+    store.upsert({"metadata": {"name": "b-1", "namespace": "ns", "resourceVersion": "1",
+                               "labels": {SERVICE_NAME_LABEL: "b"}}, **slice_})  # fmt: skip
+    assert starting_urls(store, "ns", "b") == ["http://10.0.0.2:8080", "http://10.0.0.4:8080"]
+    assert starting_urls(store, "ns", "a") == []
 
 
 # -- a member's URLs: one function for the router-proxy and the pool controller -------------------
@@ -158,6 +182,9 @@ def test_the_proxy_reads_a_members_urls_again_only_after_a_slice_changed() -> No
 
 def test_router_and_pool_controller_agree_on_a_members_urls() -> None:
     store = _slices()
+    starting = _member_slice("ns", "a-3", "a", "a-2.ns.localhost", 41003)
+    starting["endpoints"][0]["conditions"] = {"ready": False}
+    store.upsert(starting)
     slices = cast(Informer, SimpleNamespace(store=store))
     absent = cast(Informer, SimpleNamespace(store=Store()))
     view, _ = _view(store)
@@ -179,3 +206,6 @@ def test_router_and_pool_controller_agree_on_a_members_urls() -> None:
     assert view.member_urls("a") == expected
     pool = {"metadata": {"name": "gpu", "namespace": "ns"}, "spec": {}}
     assert list(reconciler.member_state(pool, "a").urls) == expected
+    # and on where a starting pod answers (the driver probes it, the controller drains it)
+    assert view.member_starting_urls("a") == ["http://127.0.0.1:41003"]
+    assert list(reconciler.member_state(pool, "a").starting_urls) == ["http://127.0.0.1:41003"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +17,7 @@ from controlplane.controllers.modelpool.plan import (
     MemberState,
     Plan,
     PoolView,
+    blocking_reports,
     decided_slots,
     deferral_from,
     deployment_drained,
@@ -81,6 +83,13 @@ def members(*states: MemberState) -> dict[str, MemberState]:
         (members(stopped("a"), stopped("b")), "b", Plan(grant="b")),
         # a not serving (loading): released without a probe; b waits for its pod
         (members(loading("a"), stopped("b")), "b", Plan(release=("a",), holding=("a",))),
+        # a starting (listed, not ready) pod: its server may be up before its readiness probe
+        # says so, with requests forwarded by the swap's driver: probed on that endpoint
+        (
+            members(replace(loading("a"), starting_urls=("http://a:2",)), stopped("b")),
+            "b",
+            Plan(probe=("a",), holding=("a",)),
+        ),
         # Ready by phase but no ready endpoint yet: still probed (and the probe step fails it)
         (
             members(MemberState("a", phase="Ready", pods=1), stopped("b")),
@@ -202,6 +211,26 @@ def test_a_deployment_is_drained_once_observed_at_zero(
 
 
 # -- deferral --------------------------------------------------------------------------------------
+
+
+def test_a_starting_member_is_held_only_by_a_server_that_answered_and_is_not_idle() -> None:
+    starting = replace(loading("a"), starting_urls=("http://a:2",))
+    serving = up("a")
+    busy = IdleReport(IdleOutcome.BUSY, "1 of 1 slot(s) processing", 1, 1, answered=True)
+    garbled = IdleReport(IdleOutcome.FAILED, "/slots answered 200 with JSON null", answered=True)
+    idle = IdleReport(IdleOutcome.IDLE, "1 slot(s) idle", 1, answered=True)
+    loading_503 = IdleReport(IdleOutcome.FAILED, "/slots answered 503")
+    refused = IdleReport(IdleOutcome.FAILED, "/slots: ConnectError: refused")
+    # a server that is not up holds nothing of a starting member: released as before
+    assert blocking_reports(starting, [("u", loading_503)]) == []
+    assert blocking_reports(starting, [("u", refused)]) == []
+    assert blocking_reports(starting, [("u", idle)]) == []
+    # one that answered is judged as a serving member is: busy waits, unproven defers
+    assert blocking_reports(starting, [("u", busy)]) == [("u", busy)]
+    assert blocking_reports(starting, [("u", garbled)]) == [("u", garbled)]
+    # a serving member is held by anything short of idle, answered or not
+    assert blocking_reports(serving, [("u", refused), ("v", idle)]) == [("u", refused)]
+    assert blocking_reports(serving, [("u", idle)]) == []
 
 
 def test_busy_defers_as_pods_busy_and_a_failed_check_wins() -> None:

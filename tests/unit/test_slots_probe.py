@@ -75,6 +75,8 @@ def test_read_slots(status: int, payload: bytes, outcome: IdleOutcome, detail: s
     report = read_slots(status, payload)
     assert report.outcome is outcome
     assert detail in report.detail
+    # a 200 says the server is up, whatever its body proves (a starting member is judged on it)
+    assert report.answered is (status == 200)
 
 
 def test_busy_and_idle_reports_count_the_slots() -> None:
@@ -109,7 +111,7 @@ async def test_the_probe_gets_slots_of_the_base_url() -> None:
 
     async with probe_with(handler) as probe:
         report = await probe.probe("http://10.0.0.7:8080/", member="a")
-    assert report == IdleReport(IDLE, "1 slot(s) idle", slots=1)
+    assert report == IdleReport(IDLE, "1 slot(s) idle", slots=1, answered=True)
     assert seen == ["http://10.0.0.7:8080/slots"]
 
 

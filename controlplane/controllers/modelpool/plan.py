@@ -13,8 +13,12 @@ so every rule is unit-tested as a table (``tests/unit/test_modelpool_plan.py``):
     * A member that does not exist makes the plan empty: a Degraded pool changes no slot.
     * **Drain.** Every member other than the owner that is not ``Released`` is released. One that
       is *serving* (its InferenceService is Ready, or it has a ready endpoint) is released only
-      after its idle probe says idle on every ready endpoint (``probe``); one that is not serving
-      (loading, no ready endpoint) is released at once (``release``).
+      after its idle probe says idle on every ready endpoint (``probe``). One that is *starting*
+      (a pod listed but not ready: its server may already answer, and the swap's driver forwards
+      to a server that answers ``/health`` before its readiness probe says so) is probed on those
+      endpoints too, and released when each is idle or does not answer (it is not up, so nothing
+      can be in flight there). One with neither (no pod, or only Terminating ones) is released
+      at once (``release``).
     * **Weights first.** An owner whose weights are not ready (its ``ModelReady`` is not True:
       still downloading, or failed) makes the plan empty: nothing is drained for a member that
       could not start, and ``SlotAllocated`` says ``WaitingForWeights`` (a swap never downloads).
@@ -117,6 +121,9 @@ class MemberState:
     phase: str | None = None
     #: ``http://host:port`` of every ready endpoint of its Service.
     urls: tuple[str, ...] = ()
+    #: ... and of every endpoint neither ready nor terminating (a server starting, or up before
+    #: its readiness probe has said so).
+    starting_urls: tuple[str, ...] = ()
     #: Its pods, Terminating ones included.
     pods: int = 0
     #: Its Deployment is absent, or at 0 replicas and observed so with none left.
@@ -137,6 +144,12 @@ class MemberState:
     def serving(self) -> bool:
         """Requests may be in flight: Ready, or reachable at a ready endpoint."""
         return self.found and (self.phase == ISVC_READY or bool(self.urls))
+
+    @property
+    def probe_urls(self) -> tuple[str, ...]:
+        """Where to ask whether requests are in flight before releasing it: its ready endpoints
+        when serving, else its starting ones (none: nothing can be in flight)."""
+        return self.urls if self.serving else self.starting_urls
 
     @property
     def released(self) -> bool:
@@ -192,7 +205,7 @@ def plan_actions(members: Mapping[str, MemberState], owner: str | None) -> Plan:
             holding.append(name)
         if state.slot == SLOT_RELEASED:
             continue
-        (probe if state.serving else release).append(name)
+        (probe if state.serving or state.starting_urls else release).append(name)
     grant = None
     if owner is not None and not holding and members[owner].slot != SLOT_GRANTED:
         grant = owner
@@ -342,9 +355,17 @@ def slot_allocated_since(status: ModelPoolStatus) -> str | None:
 # -- what the probes, the Deployment, the deferral and the intent mean ---------------------------
 
 
-def all_idle(results: Sequence[tuple[str, IdleReport]]) -> bool:
-    """Every ready endpoint of a member was probed and said idle."""
-    return bool(results) and all(r.outcome is IdleOutcome.IDLE for _, r in results)
+def blocking_reports(
+    state: MemberState, results: Sequence[tuple[str, IdleReport]]
+) -> list[tuple[str, IdleReport]]:
+    """The probes that keep ``state``'s member from being released: of a serving member, every
+    one that did not say idle; of a starting one, every one whose server answered and did not say
+    idle (a server that does not answer is not up: nothing is in flight there)."""
+    return [
+        (url, report)
+        for url, report in results
+        if report.outcome is not IdleOutcome.IDLE and (state.serving or report.answered)
+    ]
 
 
 def deferral_from(reports: Mapping[str, Sequence[tuple[str, IdleReport]]]) -> Deferral | None:

@@ -94,7 +94,7 @@ from controlplane.controllers.modelpool.plan import (
     DEFER_REQUEUE_SECONDS,
     MemberState,
     PoolView,
-    all_idle,
+    blocking_reports,
     decided_slots,
     deferral_from,
     deployment_drained,
@@ -111,7 +111,7 @@ from controlplane.probes.llamacpp import SlotsProbe
 from controlplane.runtime.cache import LABEL_INDEX, NAMESPACE_INDEX, Object
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.controller import Request, Result
-from controlplane.runtime.endpoints import SERVICE_NAME_LABEL, member_urls
+from controlplane.runtime.endpoints import SERVICE_NAME_LABEL, member_urls, starting_urls
 from controlplane.runtime.errors import Conflict, KubeError, NotFound
 from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
@@ -190,6 +190,7 @@ class ModelPoolReconciler:
             runtime=str(spec.get("runtime") or RUNTIME_LLAMACPP),
             phase=(isvc.get("status") or {}).get("phase"),
             urls=tuple(member_urls(self.endpoint_slices.store, namespace, name)),
+            starting_urls=tuple(starting_urls(self.endpoint_slices.store, namespace, name)),
             pods=len(pods),
             deployment_drained=deployment_drained(deployment),
             weights_ready=weights_ready(isvc),
@@ -261,8 +262,9 @@ class ModelPoolReconciler:
             release = list(plan.release)
             if plan.probe:
                 reports = await self._probe_members(members, plan.probe)
-                release += [m for m in plan.probe if all_idle(reports[m])]
-                deferral = deferral_from({m: r for m, r in reports.items() if not all_idle(r)})
+                blocking = {m: blocking_reports(members[m], reports[m]) for m in plan.probe}
+                release += [m for m in plan.probe if reports[m] and not blocking[m]]
+                deferral = deferral_from({m: r for m, r in blocking.items() if r})
             decision.set_attribute("modelpool.drain", release)
             decision.set_attribute("modelpool.owner_up", plan.grant is not None)
             if deferral is not None:
@@ -361,7 +363,8 @@ class ModelPoolReconciler:
     async def _probe_members(
         self, members: Mapping[str, MemberState], names: Sequence[str]
     ) -> dict[str, list[tuple[str, IdleReport]]]:
-        """Probe every ready endpoint of each member, all at once."""
+        """Probe every ready endpoint of each member (a starting one's starting endpoints), all
+        at once."""
         reports: dict[str, list[tuple[str, IdleReport]]] = {name: [] for name in names}
 
         async def one(probe: IdleProbe, runtime: str, member: str, url: str) -> None:
@@ -378,11 +381,11 @@ class ModelPoolReconciler:
                 if probe is None:
                     why = f"runtime {state.runtime!r} has no idle probe"
                     reports[name].append(("-", IdleReport(IdleOutcome.FAILED, why)))
-                elif not state.urls:
+                elif not state.probe_urls:
                     why = "Ready, but no ready endpoint to probe"
                     reports[name].append(("-", IdleReport(IdleOutcome.FAILED, why)))
                 else:
-                    for url in state.urls:
+                    for url in state.probe_urls:
                         group.start_soon(one, probe, state.runtime, name, url)
         for results in reports.values():
             results.sort()

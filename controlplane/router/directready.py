@@ -1,0 +1,71 @@
+"""Ready when the server is: the swap driver's own ``/health`` probe of the target it brought up.
+
+Without it a held request waits, after the target's server can already answer, for the kubelet's
+next readiness probe (``periodSeconds``, at least 1 s), the pod's status, the EndpointSlice, the
+InferenceService's status and the pool's status, each a write and a watch event: about a second
+on a real node for work the server finished at once (docs/router.md, "Ready when the server is").
+The driver asks instead, every :data:`DEFAULT_DIRECT_HEALTH_INTERVAL_SECONDS`, and forwards at
+the first 200. The readiness probe stays: everyone else (other replicas, the pool's status,
+``kubectl``) still learns of it that way.
+
+What the driver trusts, and why it is safe:
+
+* **The pool's grant.** It asks only a target that ``status.members[].slot`` says is
+  ``Granted``: the pool controller grants only once every other member is released with no pod
+  left, so nothing it forwards can land beside another resident.
+* **The EndpointSlice.** The address is one the endpoint controller listed for the target's own
+  Service (ready or not, never terminating): the same source the fast path trusts.
+* **Its own Lease.** The address is handed out only while the driver holds the pool's Lease
+  with its intent for the target (:meth:`~controlplane.router.activator.Activator._direct_url`),
+  and the swap still ends, and the Lease is released, only once the pool names the target
+  resident. While the intent lives the target is the pool's owner and is never released; should
+  the Lease be lost, the holder counts it lost before any reader sees it expire, and the pool
+  controller drains a starting member through the idle gate (it probes its listed pods' ``/slots``
+  and waits while a server that answers is busy: docs/modelpool.md, "Drain").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Protocol
+
+from controlplane.api.v1alpha1.modelpool import SLOT_GRANTED
+
+#: How often the driver asks a granted target's starting pod ``/health``
+#: (``--direct-health-interval``; 0 turns the probe off).
+DEFAULT_DIRECT_HEALTH_INTERVAL_SECONDS: Final = 0.05
+
+
+class HealthCheck(Protocol):
+    """``GET /health`` answered 200 (:class:`controlplane.probes.health.HealthProbe`)."""
+
+    async def healthy(self, base_url: str) -> bool: ...
+
+
+def granted(pool: Mapping[str, Any] | None, member: str) -> bool:
+    """The pool's status grants ``member`` the slot (its own decision, ``members[].slot``)."""
+    entries = ((pool or {}).get("status") or {}).get("members") or ()
+    return any(e.get("name") == member and e.get("slot") == SLOT_GRANTED for e in entries)
+
+
+def direct_candidates(
+    pool: Mapping[str, Any] | None, member: str, starting: Sequence[str]
+) -> list[str]:
+    """The addresses worth asking: ``member``'s starting endpoints, if the pool grants it."""
+    return list(starting) if granted(pool, member) else []
+
+
+class DirectReady:
+    """Asks a granted target's starting pods ``/health``; the first that answers 200 wins."""
+
+    def __init__(
+        self, health: HealthCheck, interval: float = DEFAULT_DIRECT_HEALTH_INTERVAL_SECONDS
+    ) -> None:
+        self.health = health
+        self.interval = interval
+
+    async def first_healthy(self, urls: Sequence[str]) -> str | None:
+        for url in urls:
+            if await self.health.healthy(url):
+                return url
+        return None
