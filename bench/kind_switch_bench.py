@@ -116,8 +116,11 @@ for i in range(switches):
 # --- what the cluster runs --------------------------------------------------------------------
 
 
-def pool_objects(namespace: str, llama_image: str, proxies: int) -> list[dict[str, Any]]:
-    """The two members, the pool (``tiny-1`` its default) and the router in front of it."""
+def pool_objects(
+    namespace: str, llama_image: str, proxies: int, min_residency: str
+) -> list[dict[str, Any]]:
+    """The two members, the pool (``tiny-1`` its default, ``spec.scheduling.minResidency`` as
+    given) and the router in front of it."""
     members = [
         {
             "apiVersion": GROUP,
@@ -141,6 +144,7 @@ def pool_objects(namespace: str, llama_image: str, proxies: int) -> list[dict[st
                 "members": [{"inferenceServiceRef": {"name": m}} for m in MODELS],
                 "default": MODELS[0],
                 "swapBudget": "180s",
+                "scheduling": {"minResidency": min_residency},
             },
         },
         {
@@ -609,8 +613,10 @@ def wait_for(what: str, test: Callable[[], bool], timeout: float = READY_TIMEOUT
         time.sleep(0.5)
 
 
-def run_ours(cluster: Cluster, namespace: str, switches: int, proxies: int) -> Run:
-    cluster.apply(pool_objects(namespace, cluster.builds.llama_image, proxies))
+def run_ours(
+    cluster: Cluster, namespace: str, switches: int, proxies: int, min_residency: str
+) -> Run:
+    cluster.apply(pool_objects(namespace, cluster.builds.llama_image, proxies, min_residency))
 
     def settled() -> bool:
         pool = cluster.get(namespace, "modelpool", POOL).get("status") or {}
@@ -770,6 +776,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--switches", type=int, default=10, help="switches per mode (>= 1)")
     parser.add_argument("--proxies", type=int, default=2, help="the router's proxy replicas")
+    parser.add_argument(
+        "--min-residency",
+        default="0s",
+        help="the pool's spec.scheduling.minResidency (default 0s: the scheduler's anti-thrash "
+        "floor off, as router mode has none; the API's default is 10s)",
+    )
     parser.add_argument("--cluster", help="an existing kind cluster to use (else one is made)")
     parser.add_argument("--cluster-name", default="modelpool-bench",
                         help="the name of the cluster made (default modelpool-bench)")  # fmt: skip
@@ -784,7 +796,7 @@ def main() -> None:
         namespace = f"bench-switch-{secrets.token_hex(3)}"
         cluster.kubectl("create", "namespace", namespace)
         try:
-            ours = run_ours(cluster, namespace, args.switches, args.proxies)
+            ours = run_ours(cluster, namespace, args.switches, args.proxies, args.min_residency)
             # Router mode's pod is made only now; ours stays idle (its resident member and
             # proxies wait) while router mode is measured.
             router_mode = run_router_mode(cluster, namespace, args.switches)
