@@ -21,6 +21,9 @@ import yaml
 
 from tests.e2e.clusters import MonitoringImages
 
+#: The CRDs prometheus-operator needs to run a Prometheus: the monitors' and rules', the
+#: Prometheus resource's, and Probe's (it watches Probes whenever it runs a Prometheus).
+CRDS: Final = ("servicemonitors", "podmonitors", "prometheusrules", "probes", "prometheuses")
 #: The namespace of the monitors (manifests/monitoring) and of the operator.
 MONITORS_NAMESPACE: Final = "modelpool-system"
 #: The label a Prometheus selects monitors and rules by, as kube-prometheus-stack's ``release``.
@@ -222,7 +225,8 @@ def prometheus_objects(stack: Stack, scrape_interval: str = "2s") -> list[dict[s
 
 
 def labelled_monitors(stack: Stack, monitors: str) -> str:
-    """A kustomization over ``monitors`` (manifests/monitoring's folder) that adds this
+    """A kustomization over ``monitors`` (manifests/monitoring's folder, relative to the
+    kustomization's: kustomize refuses an absolute one) that adds this
     Prometheus' selector label to every object's metadata (not to selectors), as a user does
     for kube-prometheus-stack's ``release`` label (manifests/monitoring/kustomization.yaml)."""
     return yaml.safe_dump(
@@ -240,6 +244,12 @@ def labelled_monitors(stack: Stack, monitors: str) -> str:
         },
         sort_keys=False,
     )
+
+
+def crd_files(folder: str) -> list[str]:
+    """The files of :data:`CRDS` in ``folder`` (as the module's example/prometheus-operator-crd/
+    names them)."""
+    return [f"{folder}/monitoring.coreos.com_{plural}.yaml" for plural in CRDS]
 
 
 def api_path(stack: Stack, path: str) -> str:

@@ -1,10 +1,11 @@
 """The monitors of manifests/monitoring select what they promise in a real cluster, and a swap
 shows in what they scrape.
 
-No prometheus-operator runs in the kind tier (building it and its config reloader into images is
-not done; docs/alerts.md). What a Prometheus would do with these monitors is done here by hand,
-from the monitors' own fields: every pod or Service their selectors match (across namespaces,
-as ``namespaceSelector: any`` says), the port their endpoint names, the path they scrape, read
+A real Prometheus, run by prometheus-operator, scrapes through the same monitors in
+tests/e2e/test_kind_prometheus.py; this test reads what the monitors select more closely than
+Prometheus' API shows it (which replica's metrics say what), by hand, from the monitors' own
+fields: every pod or Service their selectors match (across namespaces, as
+``namespaceSelector: any`` says), the port their endpoint names, the path they scrape, read
 through the API server's proxy (which, like a scraper in the node's network, the members'
 NetworkPolicy admits). So a selector that selects nothing, a port name that no container has, or
 a metric that is not there fails here, which the schema check on the local tier cannot see.
