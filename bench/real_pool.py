@@ -142,6 +142,10 @@ def pool_objects(*, kv_cache: bool) -> list[dict[str, Any]]:
                 "members": [{"inferenceServiceRef": {"name": m}} for m in MEMBERS],
                 "default": MEMBERS[0],
                 "swapBudget": f"{REQUEST_TIMEOUT:.0f}s",
+                # no anti-thrash floor: a switch asked right after the resident's last request
+                # would otherwise wait for its activity window (2 s) first; these benchmarks
+                # time the switch itself (bench-fairness times the scheduling)
+                "scheduling": {"minResidency": "0s"},
             },
         },
         {

@@ -539,7 +539,9 @@ class Activator:
         """Ask the granted target's starting pods ``/health``; at the first 200, hand its address
         to the held requests. How long until the next probe (the backstop when nothing to ask)."""
         pool = self.view.pool(swap.pool)
-        urls = direct_candidates(pool, swap.member, self.view.member_starting_urls(swap.member))
+        isvc = self.view.isvc(swap.member)
+        starting = self.view.member_starting_urls(swap.member)
+        urls = direct_candidates(pool, isvc, swap.member, starting)
         if not urls:
             return POLL_SECONDS  # a change of the pool or its slices wakes us
         url = await direct.first_healthy(urls)

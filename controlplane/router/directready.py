@@ -13,6 +13,9 @@ What the driver trusts, and why it is safe:
 * **The pool's grant.** It asks only a target that ``status.members[].slot`` says is
   ``Granted``: the pool controller grants only once every other member is released with no pod
   left, so nothing it forwards can land beside another resident.
+* **Nothing but the server.** A member whose pods wait on a readiness gate after the server is
+  up (``spec.kvCache``: the saved slots are restored first) is never asked: it is left to its
+  readiness, since ``/health`` says nothing of the gate.
 * **The EndpointSlice.** The address is one the endpoint controller listed for the target's own
   Service (ready or not, never terminating): the same source the fast path trusts.
 * **Its own Lease.** The address is handed out only while the driver holds the pool's Lease
@@ -48,11 +51,23 @@ def granted(pool: Mapping[str, Any] | None, member: str) -> bool:
     return any(e.get("name") == member and e.get("slot") == SLOT_GRANTED for e in entries)
 
 
+def gated(isvc: Mapping[str, Any] | None) -> bool:
+    """The member's pods carry a readiness gate its server's ``/health`` knows nothing of: with
+    ``spec.kvCache`` the saved slots are restored after the server is up and before the pod is
+    Ready, and a request sent earlier would miss them (or land in a slot being restored)."""
+    kv_cache = ((isvc or {}).get("spec") or {}).get("kvCache") or {}
+    return bool(kv_cache.get("enabled"))
+
+
 def direct_candidates(
-    pool: Mapping[str, Any] | None, member: str, starting: Sequence[str]
+    pool: Mapping[str, Any] | None,
+    isvc: Mapping[str, Any] | None,
+    member: str,
+    starting: Sequence[str],
 ) -> list[str]:
-    """The addresses worth asking: ``member``'s starting endpoints, if the pool grants it."""
-    return list(starting) if granted(pool, member) else []
+    """The addresses worth asking: ``member``'s starting endpoints, if the pool grants it and
+    nothing but its server stands between it and Ready (:func:`gated`)."""
+    return list(starting) if granted(pool, member) and not gated(isvc) else []
 
 
 class DirectReady:

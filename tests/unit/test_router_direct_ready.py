@@ -182,12 +182,41 @@ async def test_a_lost_lease_takes_the_early_address_back() -> None:
         group.cancel_scope.cancel()
 
 
+async def test_a_member_whose_kv_cache_is_restored_before_ready_is_left_to_its_readiness() -> None:
+    """Its server answers /health before the saved slots are restored (the pod's readiness
+    gate): a request sent then would miss them."""
+    view, api = cluster()
+    view.isvcs["b"]["spec"] = {"kvCache": {"enabled": True}}
+    health = FakeHealth()
+    health.up.add(STARTING)
+    activator = activator_with(health, view, api)
+    answers: list[str] = []
+    async with running(activator) as group:
+
+        async def ask() -> None:
+            answers.append(await activator.upstream(Route("qwen", "b", "gpu-0")))
+
+        group.start_soon(ask)
+        await until(lambda: intent_target(api) == "b")
+        grant(view, "b")
+        activator.notifier.notify()
+        await anyio.sleep(0.2)
+        assert answers == []
+        assert health.asked == []
+        view.make_resident("gpu-0", "b")
+        activator.notifier.notify()
+        await until(lambda: len(answers) == 1)
+    assert answers == [view.urls["b"][0]]
+
+
 def test_only_a_granted_member_has_candidates() -> None:
     pool = {"status": {"members": [{"name": "a", "slot": "Released"}, {"name": "b"}]}}
     assert not granted(pool, "a")
     assert not granted(pool, "b")
     assert not granted(None, "b")
-    assert direct_candidates(pool, "b", [STARTING]) == []
+    assert direct_candidates(pool, None, "b", [STARTING]) == []
     pool["status"]["members"][1]["slot"] = "Granted"
     assert granted(pool, "b")
-    assert direct_candidates(pool, "b", [STARTING]) == [STARTING]
+    assert direct_candidates(pool, None, "b", [STARTING]) == [STARTING]
+    assert direct_candidates(pool, {"spec": {"kvCache": {"enabled": False}}}, "b", [STARTING])
+    assert not direct_candidates(pool, {"spec": {"kvCache": {"enabled": True}}}, "b", [STARTING])
