@@ -43,17 +43,23 @@ import argparse
 import json
 import re
 import secrets
-import statistics
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Callable
 from typing import Any, Final
 
 from bench.kind_cluster import Cluster, KindError, kind_cluster
+from bench.kind_switch_phases import (
+    Run,
+    ours_switch,
+    report,
+    router_mode_switch,
+    running,
+    timestamped,
+)
 from bench.real_pool import MAX_TOKENS, PROMPT
+from controlplane.controllers.inferenceservice.desired import ISVC_LABEL
 
 GROUP: Final = "inference.modelpool.dev/v1alpha1"
 POOL: Final = "gpu"
@@ -65,13 +71,8 @@ CONTEXT: Final = 2048
 SERVER_FLAGS: Final = ("--parallel", "1", "--ctx-size", str(CONTEXT), "--threads", "1")
 SERVER_PORT: Final = 8080
 ROUTER_MODE: Final = "router-mode"
-ISVC_LABEL: Final = "inference.modelpool.dev/inferenceservice"
 PROXY_LABEL: Final = "inference.modelpool.dev/modelrouter"
 READY_TIMEOUT: Final = 300.0
-#: The target of issue 22: our switch above the model's own load, median.
-OVERHEAD_TARGET_MS: Final = 300.0
-#: The target of issue 22: the new member seen ready after its /health first answers 200.
-READINESS_TARGET_MS: Final = 100.0
 
 #: The client, run in a pod: argv URL SWITCHES MODEL_A MODEL_B CHECK_LOADED, the prompt in
 #: $PROMPT; one JSON line per request (wall-clock stamps: sent, first token, answer complete).
@@ -286,25 +287,6 @@ class Watch:
         self._stream.stop()
 
 
-def cri_time(stamp: str) -> float:
-    """An RFC 3339 timestamp of ``kubectl logs --timestamps`` (nanoseconds) as epoch seconds."""
-    whole, _, fraction = stamp.rstrip("Z").partition(".")
-    base = datetime.fromisoformat(whole + "+00:00").timestamp()
-    return base + float(f"0.{fraction or '0'}")
-
-
-def timestamped(text: str) -> list[tuple[float, str]]:
-    """``kubectl logs --timestamps`` output as (epoch seconds, line)."""
-    found: list[tuple[float, str]] = []
-    for line in text.splitlines():
-        stamp, _, rest = line.partition(" ")
-        try:
-            found.append((cri_time(stamp), rest))
-        except ValueError:
-            continue
-    return found
-
-
 class MemberLogs:
     """Every member pod's log, followed (``kubectl logs -f --timestamps``) from the moment its
     container runs, so a pod deleted by the next switch keeps its log here."""
@@ -345,235 +327,6 @@ class MemberLogs:
             streams = list(self._streams)
         for stream in streams:
             stream.stop()
-
-
-# --- the server's log: start, healthy -----------------------------------------------------------
-
-#: llama-server's own stamp on each line: minutes.seconds.milliseconds.microseconds since start.
-SERVER_STAMP: Final = re.compile(r"(\d+)\.(\d{2})\.(\d{3})\.(\d{3}) ")
-#: The line llama-server logs as it turns /health 200 (checked against a 1 ms /health poll on
-#: this build: within 5-50 ms on a loaded 2-core machine, the poller's own delay included).
-LOADED_LINE: Final = "llama_server: model loaded"
-
-
-def server_clock(line: str) -> float | None:
-    match = SERVER_STAMP.search(line)
-    if match is None:
-        return None
-    minutes, seconds, ms, us = (int(g) for g in match.groups())
-    return minutes * 60 + seconds + ms / 1e3 + us / 1e6
-
-
-def server_times(lines: list[tuple[float, str]]) -> tuple[float, float] | None:
-    """A llama-server's start (its first line's time less its own stamp: the process's start)
-    and the time it logged the model loaded; None when either is missing."""
-    start = loaded = None
-    for at, line in lines:
-        own = server_clock(line)
-        if start is None and own is not None:
-            start = at - own
-        if LOADED_LINE in line:
-            loaded = at
-            break
-    return (start, loaded) if start is not None and loaded is not None else None
-
-
-# --- one switch, phase by phase -----------------------------------------------------------------
-
-#: The phases of a switch, in order; each is the time from the previous mark to this one.
-PHASES: Final = (
-    ("hold, intent", "request sent → pool's Lease claimed", "request → queued for its model"),
-    ("drain wait", "→ old pod Terminating (idle gate, scale to 0)", "→ idle child evicted"),
-    ("old pod gone", "→ old pod deleted", "→ old child exited"),
-    ("new pod created", "→ new pod in the watch", "—"),
-    ("new pod scheduled", "→ new pod bound to the node", "→ new child spawned"),
-    ("container started", "→ llama-server process started", "→ child process started"),
-    ("server healthy (the load)", "→ `model loaded` (/health 200)", "→ `model loaded`"),
-    ("readiness seen", "→ proxy's direct probe / EndpointSlice ready", "→ router proxies to it"),
-    ("first token", "→ first token at the client", "→ first token at the client"),
-    ("answer complete", "→ last token at the client", "→ last token at the client"),
-)
-#: Where the marks of the server's start, its health and its readiness seen are in PHASES.
-STARTED, HEALTHY, SEEN = 5, 6, 7
-
-
-@dataclass
-class Switch:
-    """One switch: the client's request and the marks of its phases (epoch seconds; None where a
-    mode has no such step)."""
-
-    record: dict[str, Any]
-    marks: list[float | None]
-    readiness_source: str = ""
-
-    @property
-    def total(self) -> float:
-        return float(self.record["done"]) - float(self.record["sent"])
-
-    def phase(self, index: int) -> float | None:
-        """The time of phase ``index``: from the last mark before it to its own."""
-        mark = self.marks[index]
-        if mark is None:
-            return None
-        before = [m for m in self.marks[:index] if m is not None]
-        return mark - (before[-1] if before else float(self.record["sent"]))
-
-    @property
-    def load(self) -> float:
-        started, healthy = self.marks[STARTED], self.marks[HEALTHY]
-        assert started is not None
-        assert healthy is not None
-        return healthy - started
-
-    @property
-    def readiness(self) -> float:
-        ready, healthy = self.marks[SEEN], self.marks[HEALTHY]
-        assert ready is not None
-        assert healthy is not None
-        return ready - healthy
-
-
-@dataclass
-class Run:
-    """A mode's run: the first request, each switch, each request after a switch."""
-
-    first: dict[str, Any]
-    switches: list[Switch]
-    nexts: list[dict[str, Any]] = field(default_factory=list)
-
-
-def in_window(at: float, record: dict[str, Any]) -> bool:
-    return float(record["sent"]) <= at <= float(record["done"])
-
-
-def first_event(
-    events: list[tuple[float, str, dict[str, Any]]],
-    pod: str,
-    test: Callable[[str, dict[str, Any]], bool],
-) -> float | None:
-    for at, kind, obj in events:
-        if obj.get("metadata", {}).get("name") == pod and test(kind, obj):
-            return at
-    return None
-
-
-def running(_kind: str, pod: dict[str, Any]) -> bool:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or ()
-    return any("running" in (s.get("state") or {}) for s in statuses)
-
-
-def ours_switch(
-    record: dict[str, Any],
-    pods: list[tuple[float, str, dict[str, Any]]],
-    slices: list[tuple[float, str, dict[str, Any]]],
-    member_logs: dict[str, list[tuple[float, str]]],
-    probe_lines: list[tuple[float, str]],
-    leases: list[tuple[float, str, dict[str, Any]]],
-) -> Switch:
-    """The marks of one switch of ours, from the watches and the logs."""
-    target = record["model"]
-
-    def label(obj: dict[str, Any]) -> str | None:
-        return (obj.get("metadata", {}).get("labels") or {}).get(ISVC_LABEL)
-
-    terminating = [
-        (at, obj["metadata"]["name"])
-        for at, kind, obj in pods
-        if label(obj) not in (None, target)
-        and obj["metadata"].get("deletionTimestamp")
-        and in_window(at, record)
-    ]
-    created = [
-        (at, obj["metadata"]["name"])
-        for at, kind, obj in pods
-        if kind == "ADDED" and label(obj) == target and in_window(at, record)
-    ]
-    if not terminating or not created:
-        raise SystemExit(f"switch {record['index']} to {target}: the watch saw no old pod "
-                         f"terminating or no new pod in the request's time")  # fmt: skip
-    drained, old = terminating[0]
-    claimed = next(
-        (
-            at
-            for at, _kind, obj in leases
-            if obj.get("metadata", {}).get("name") == f"modelpool-pool-{POOL}"
-            and (obj.get("spec") or {}).get("holderIdentity")
-            and in_window(at, record)
-        ),
-        None,
-    )
-    new_at, new = created[0]
-    gone = first_event(pods, old, lambda kind, _obj: kind == "DELETED")
-    bound = first_event(pods, new, lambda _k, obj: bool((obj.get("spec") or {}).get("nodeName")))
-    times = server_times(member_logs.get(new, []))
-    if times is None:
-        raise SystemExit(f"switch {record['index']}: no start or `{LOADED_LINE}` in {new}'s log")
-    started, healthy = times
-    probed = [at for at, member in probe_lines if member == target and in_window(at, record)]
-    source = "proxy's direct probe"
-    seen: float | None = probed[0] if probed else None
-    if seen is None:
-        source = "EndpointSlice"
-        for at, _kind, obj in slices:
-            for endpoint in obj.get("endpoints") or ():
-                ref = (endpoint.get("targetRef") or {}).get("name")
-                if ref == new and (endpoint.get("conditions") or {}).get("ready"):
-                    seen = at
-                    break
-            if seen is not None:
-                break
-    marks: list[float | None] = [claimed, drained, gone, new_at, bound, started, healthy, seen,
-                                 float(record["first_token"]), float(record["done"])]  # fmt: skip
-    if any(m is None for m in marks):
-        raise SystemExit(f"switch {record['index']}: a mark is missing: {marks}")
-    return Switch(record, marks, source)
-
-
-#: Router mode's own lines (the parent's; a child's come prefixed with ``[PORT]``).
-QUEUED: Final = re.compile(r"request for name=(\S+) queued")
-EVICTED: Final = re.compile(r"evicting idle LRU name=(\S+)")
-EXITED: Final = re.compile(r"run: instance name=(\S+) exited")
-SPAWNED: Final = re.compile(r"spawning server instance with name=(\S+) on port (\d+)")
-PROXYING: Final = re.compile(r"proxying request to model (\S+) on port (\d+)")
-CHILD: Final = re.compile(r"^\[(\d+)\] (.*)$")
-
-
-def router_mode_switch(record: dict[str, Any], lines: list[tuple[float, str]]) -> Switch:
-    """The marks of one switch in router mode, from its pod's log."""
-    window = [(at, line) for at, line in lines if in_window(at, record)]
-    target = record["model"]
-
-    def first(pattern: re.Pattern[str], test: Callable[[re.Match[str]], bool]) -> float | None:
-        for at, line in window:
-            match = pattern.search(line)
-            if match is not None and test(match):
-                return at
-        return None
-
-    queued = first(QUEUED, lambda m: m.group(1) == target)
-    evicted = first(EVICTED, lambda m: m.group(1) != target)
-    exited = first(EXITED, lambda m: m.group(1) != target)
-    port = ""
-    spawned = None
-    for at, line in window:
-        match = SPAWNED.search(line)
-        if match is not None and match.group(1) == target:
-            spawned, port = at, match.group(2)
-            break
-    child = [
-        (at, match.group(2))
-        for at, line in window
-        if (match := CHILD.match(line)) is not None and match.group(1) == port
-    ]
-    times = server_times(child)
-    proxied = first(PROXYING, lambda m: m.group(1) == target and m.group(2) == port)
-    if times is None or None in (queued, evicted, exited, spawned, proxied):
-        raise SystemExit(f"router mode, switch {record['index']}: its log lacks a step "
-                         f"{[evicted, exited, spawned, times, proxied]}")  # fmt: skip
-    started, healthy = times
-    marks: list[float | None] = [queued, evicted, exited, None, spawned, started, healthy, proxied,
-                                 float(record["first_token"]), float(record["done"])]  # fmt: skip
-    return Switch(record, marks, "its proxying line")
 
 
 # --- running the modes ----------------------------------------------------------------------------
@@ -658,7 +411,7 @@ def run_ours(
     probe_lines = proxy_probe_lines(cluster, namespace)
     pod_events, slice_events = pods.snapshot(), slices.snapshot()
     found = [
-        ours_switch(r, pod_events, slice_events, logs.lines, probe_lines, leases.snapshot())
+        ours_switch(r, POOL, pod_events, slice_events, logs.lines, probe_lines, leases.snapshot())
         for r in records
         if r["kind"] == "switch"
     ]
@@ -705,71 +458,6 @@ def _quiet(test: Callable[[], bool]) -> Callable[[], bool]:
             return False
 
     return guarded
-
-
-# --- the report ---------------------------------------------------------------------------------
-
-
-def _ms(values: list[float]) -> str:
-    if not values:
-        return "—"
-    ms = [v * 1000 for v in values]
-    return f"{statistics.median(ms):.0f} ({min(ms):.0f} to {max(ms):.0f})"
-
-
-def median_ms(values: Iterator[float] | list[float]) -> float:
-    return statistics.median(list(values)) * 1000
-
-
-def report(ours: Run, router_mode: Run) -> str:
-    """The table, then the final line (returned too)."""
-    runs = {"ours": ours, "router mode": router_mode}
-    print(f"\n{len(ours.switches)} switches per mode; ms, median (min to max); each phase is the "
-          "time from the previous mark to its own")  # fmt: skip
-    print("| phase | ours: mark | ours | router mode: mark | router mode |")
-    print("|---|---|---|---|---|")
-    for index, (label, ours_mark, router_mark) in enumerate(PHASES):
-        cells = []
-        for run in runs.values():
-            values = [p for s in run.switches if (p := s.phase(index)) is not None]
-            cells.append(_ms(values))
-        print(f"| {label} | {ours_mark} | {cells[0]} | {router_mark} | {cells[1]} |")
-    rows: list[tuple[str, Callable[[Run], str]]] = [
-        ("**the request that switched** (sent → answer complete)",
-         lambda r: _ms([s.total for s in r.switches])),
-        ("of which the server's own load (start → healthy)",
-         lambda r: _ms([s.load for s in r.switches])),
-        ("**overhead above the load** (switch minus load, per switch)",
-         lambda r: _ms([s.total - s.load for s in r.switches])),
-        ("the next request (no switch)",
-         lambda r: _ms([float(n["done"]) - float(n["sent"]) for n in r.nexts])),
-        ("prompt tokens processed after a switch",
-         lambda r: f"{statistics.median(s.record.get('prompt_n') or 0 for s in r.switches):g}"),
-    ]  # fmt: skip
-    for label, cell in rows:
-        print(f"| {label} | | {cell(ours)} | | {cell(router_mode)} |")
-
-    ours_ms = median_ms([s.total for s in ours.switches])
-    router_ms = median_ms([s.total for s in router_mode.switches])
-    overhead = median_ms([s.total - s.load for s in ours.switches])
-    router_overhead = median_ms([s.total - s.load for s in router_mode.switches])
-    readiness = median_ms([s.readiness for s in ours.switches])
-    sources = sorted({s.readiness_source for s in ours.switches})
-    met = {True: "met", False: "NOT met"}
-    print(f"\ntargets (issue 22): overhead above the load ≤ {OVERHEAD_TARGET_MS:.0f} ms: "
-          f"{met[overhead <= OVERHEAD_TARGET_MS]} ({overhead:.0f}); readiness seen "
-          f"≤ {READINESS_TARGET_MS:.0f} ms after /health 200: "
-          f"{met[readiness <= READINESS_TARGET_MS]} ({readiness:.0f})")  # fmt: skip
-    line = (
-        f"kind switch: ours {ours_ms:.0f} ms (overhead {overhead:.0f} ms above the load of "
-        f"{median_ms([s.load for s in ours.switches]):.0f} ms), router mode {router_ms:.0f} ms "
-        f"(overhead {router_overhead:.0f} ms above the load of "
-        f"{median_ms([s.load for s in router_mode.switches]):.0f} ms), ratio "
-        f"{ours_ms / router_ms:.1f}x; readiness seen {readiness:.0f} ms after /health 200 "
-        f"({' + '.join(sources)})"
-    )
-    print(line)
-    return line
 
 
 def main() -> None:

@@ -174,14 +174,23 @@ def main() -> None:
     args = parser.parse_args()
     if args.switches < 1:
         parser.error("--switches must be at least 1")
-    runs = {
-        "llama.cpp router mode (--models-max 1)": run_router_mode(args.server, args.switches),
-        "ours (pool of 2 real members, via the router-proxy)": run_ours(args.server, args.switches),
-    }
-    report(runs)
+    router_mode = run_router_mode(args.server, args.switches)
+    ours = run_ours(args.server, args.switches)
+    report({
+        "llama.cpp router mode (--models-max 1)": router_mode,
+        "ours (pool of 2 real members, via the router-proxy)": ours,
+    })  # fmt: skip
     starts, stops = server_alone(args.server, args.switches)
     print(f"\nllama-server alone ({args.switches} times), ms, median (min to max): start to "
           f"/health 200 {_ms(starts)}; SIGTERM to exit {_ms(stops)}")  # fmt: skip
+    print(summary_line(router_mode[1], ours[1]))
+
+
+def summary_line(router_mode: list[Switch], ours: list[Switch]) -> str:
+    """The one line a script reads: both switch medians and their ratio."""
+    theirs = statistics.median(x.cold.seconds for x in router_mode) * 1000
+    mine = statistics.median(x.cold.seconds for x in ours) * 1000
+    return f"switch: ours {mine:.0f} ms, router mode {theirs:.0f} ms, ratio {mine / theirs:.2f}x"
 
 
 if __name__ == "__main__":
