@@ -20,12 +20,21 @@ from controlplane.router.activator import Activator
 from controlplane.router.directready import DirectReady, direct_candidates, granted
 from controlplane.router.errors import ActivationTimeout
 from controlplane.router.routing import Route
-from tests.unit.activator_helpers import LEASE_NAME, cluster, holder, new_activator, running, until
+from tests.unit.activator_helpers import (
+    LEASE_NAME,
+    ask_many,
+    cluster,
+    holder,
+    new_activator,
+    running,
+    until,
+)
 from tests.unit.router_fakes import FakeApi, FakeView
 
 pytestmark = pytest.mark.anyio
 
 STARTING = "http://10.0.0.8:8080"
+FOR_B = Route("qwen", "b", "gpu-0")
 
 
 class FakeHealth:
@@ -65,12 +74,7 @@ async def test_held_requests_go_at_the_first_health_200_and_the_lease_is_kept_un
     activator = activator_with(health, view, api)
     answers: list[str] = []
     async with running(activator) as group:
-
-        async def ask() -> None:
-            answers.append(await activator.upstream(Route("qwen", "b", "gpu-0")))
-
-        group.start_soon(ask)
-        group.start_soon(ask)
+        ask_many(group, activator, FOR_B, 2, answers)
         await until(lambda: intent_target(api) == "b")
         grant(view, "b")
         activator.notifier.notify()  # the pool's and the slices' watch events
@@ -80,7 +84,7 @@ async def test_held_requests_go_at_the_first_health_200_and_the_lease_is_kept_un
         await until(lambda: len(answers) == 2)
         assert answers == [STARTING, STARTING]
         # a request arriving now joins the swap and goes to the same server at once
-        assert await activator.upstream(Route("qwen", "b", "gpu-0")) == STARTING
+        assert await activator.upstream(FOR_B) == STARTING
         asked = len(health.asked)
         await anyio.sleep(0.1)  # every held request answered: the swap is unattended
         assert len(health.asked) == asked, "the driver kept asking after the first 200"
@@ -103,7 +107,7 @@ async def test_a_pod_the_pool_has_not_granted_is_never_asked_nor_forwarded_to() 
     activator = activator_with(health, view, api)
     async with running(activator):
         with pytest.raises(ActivationTimeout):
-            await activator.upstream(Route("qwen", "b", "gpu-0"))
+            await activator.upstream(FOR_B)
     assert health.asked == []
 
 
@@ -116,13 +120,9 @@ async def test_a_replica_that_does_not_hold_the_lease_waits_for_the_resident() -
     ours = activator_with(health, view, api)
     answers: list[str] = []
     async with running(other) as group, running(ours):
-
-        async def ask(activator: Activator) -> None:
-            answers.append(await activator.upstream(Route("qwen", "b", "gpu-0")))
-
-        group.start_soon(ask, other)
+        ask_many(group, other, FOR_B, 1, answers)
         await until(lambda: holder(api) == "other")
-        group.start_soon(ask, ours)
+        ask_many(group, ours, FOR_B, 1, answers)
         grant(view, "b")
         other.notifier.notify()
         ours.notifier.notify()
@@ -141,11 +141,7 @@ async def test_without_the_probe_held_requests_wait_for_the_resident() -> None:
     activator = new_activator(view, api)
     answers: list[str] = []
     async with running(activator) as group:
-
-        async def ask() -> None:
-            answers.append(await activator.upstream(Route("qwen", "b", "gpu-0")))
-
-        group.start_soon(ask)
+        ask_many(group, activator, FOR_B, 1, answers)
         await until(lambda: intent_target(api) == "b")
         grant(view, "b")
         activator.notifier.notify()
@@ -164,11 +160,7 @@ async def test_a_lost_lease_takes_the_early_address_back() -> None:
     activator = activator_with(health, view, api, duration=1)
     answers: list[str] = []
     async with running(activator) as group:
-
-        async def ask() -> None:
-            answers.append(await activator.upstream(Route("qwen", "b", "gpu-0")))
-
-        group.start_soon(ask)
+        ask_many(group, activator, FOR_B, 1, answers)
         await until(lambda: intent_target(api) == "b")
         grant(view, "b")
         activator.notifier.notify()
@@ -192,11 +184,7 @@ async def test_a_member_whose_kv_cache_is_restored_before_ready_is_left_to_its_r
     activator = activator_with(health, view, api)
     answers: list[str] = []
     async with running(activator) as group:
-
-        async def ask() -> None:
-            answers.append(await activator.upstream(Route("qwen", "b", "gpu-0")))
-
-        group.start_soon(ask)
+        ask_many(group, activator, FOR_B, 1, answers)
         await until(lambda: intent_target(api) == "b")
         grant(view, "b")
         activator.notifier.notify()
