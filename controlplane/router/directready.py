@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
-from controlplane.api.v1alpha1.modelpool import SLOT_GRANTED
+from controlplane.api.v1alpha1.modelpool import SLOT_GRANTED, member_slot
 
 #: How often the driver asks a granted target's starting pod ``/health``
 #: (``--direct-health-interval``; 0 turns the probe off).
@@ -47,8 +47,7 @@ class HealthCheck(Protocol):
 
 def granted(pool: Mapping[str, Any] | None, member: str) -> bool:
     """The pool's status grants ``member`` the slot (its own decision, ``members[].slot``)."""
-    entries = ((pool or {}).get("status") or {}).get("members") or ()
-    return any(e.get("name") == member and e.get("slot") == SLOT_GRANTED for e in entries)
+    return pool is not None and member_slot(pool, member) == SLOT_GRANTED
 
 
 def gated(isvc: Mapping[str, Any] | None) -> bool:

@@ -30,6 +30,7 @@ from controlplane.router.errors import request_refusal
 from controlplane.router.lease import LeaseCoordinator
 from controlplane.router.settings import UPSTREAM_CLIENTS, RouterProxySettings
 from controlplane.router.upstream import AiohttpUpstream, Upstream, UpstreamTimeouts
+from controlplane.runtime.cache import Store
 from controlplane.runtime.coalescing import http_protocol
 from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.endpoints import member_urls, starting_urls
@@ -108,7 +109,7 @@ class CacheView:
             informer.add_handler(self._changes)
         self._slice_changes = _Count()
         slices.add_handler(self._slice_changes)
-        self._urls: dict[str, tuple[int, list[str]]] = {}
+        self._urls: dict[tuple[str, str], tuple[int, list[str]]] = {}
 
     def generation(self) -> int:
         """Changes whenever the router, a pool or an InferenceService in the caches does."""
@@ -158,18 +159,22 @@ class CacheView:
     def member_urls(self, member: str) -> list[str]:
         """By index, through the one function the pool controller uses too; kept until an
         EndpointSlice changes (the handler runs as the store changes, before any other read)."""
-        generation = self._slice_changes.changes
-        known = self._urls.get(member)
-        if known is not None and known[0] == generation:
-            return list(known[1])
-        urls = member_urls(self._slices.store, self.namespace, member)
-        self._urls[member] = (generation, urls)
-        return list(urls)
+        return self._slice_urls(member_urls, member)
 
     def member_starting_urls(self, member: str) -> list[str]:
-        """The member's listed pods that are neither ready nor terminating (read only by a swap's
-        driver, so not kept)."""
-        return starting_urls(self._slices.store, self.namespace, member)
+        """The member's listed pods that are neither ready nor terminating, kept the same way
+        (a held request asks while its swap's driver has found the member up)."""
+        return self._slice_urls(starting_urls, member)
+
+    def _slice_urls(self, read: Callable[[Store, str, str], list[str]], member: str) -> list[str]:
+        generation = self._slice_changes.changes
+        key = (read.__name__, member)
+        known = self._urls.get(key)
+        if known is not None and known[0] == generation:
+            return list(known[1])
+        urls = read(self._slices.store, self.namespace, member)
+        self._urls[key] = (generation, urls)
+        return list(urls)
 
 
 class ProxyServer:

@@ -13,7 +13,7 @@ from typing import Any, cast
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
-from controlplane.api.v1alpha1.modelpool import SLOT_GRANTED, SLOT_RELEASED
+from controlplane.api.v1alpha1.modelpool import SLOT_GRANTED, SLOT_RELEASED, member_slot
 from controlplane.controllers.inferenceservice.reconciler import (
     UNLISTED_SETTLE_SECONDS,
     InferenceServiceReconciler,
@@ -27,7 +27,6 @@ from controlplane.controllers.inferenceservice.status import (
 )
 from controlplane.controllers.modelpool.grant import (
     deployment_replicas,
-    member_slot,
     member_slots,
     pools_listing,
     withheld_by,

@@ -22,6 +22,7 @@ from controlplane.api.v1alpha1.meta import (
     PrinterColumn,
     dns_label,
 )
+from controlplane.runtime.objects import ObjectView
 
 SWAP_POLICY_STICKY: Final = "sticky"
 SWAP_POLICIES: Final = (SWAP_POLICY_STICKY,)
@@ -329,3 +330,25 @@ def parse_duration(text: str | None, default: float) -> float:
     if number or total <= 0:
         return default
     return total
+
+
+# -- the pool's decision, read from its status (the pool controller, the members' controller and
+# the router-proxy's swap driver read it alike) --------------------------------------------------
+
+
+def _entry(pool: ObjectView, member: str) -> ObjectView:
+    """``pool``'s ``status.members[]`` entry for ``member`` (empty when it has none)."""
+    entries: list[ObjectView] = (pool.get("status") or {}).get("members") or []
+    return next((entry for entry in entries if entry.get("name") == member), {})
+
+
+def member_slot(pool: ObjectView, member: str) -> str | None:
+    """``pool``'s decision about ``member``: ``Granted``, ``Released`` or None (not decided)."""
+    slot = _entry(pool, member).get("slot")
+    return str(slot) if slot in (SLOT_GRANTED, SLOT_RELEASED) else None
+
+
+def member_since(pool: ObjectView, member: str) -> str | None:
+    """When ``pool`` last changed its decision about ``member`` (``status.members[].since``)."""
+    since = _entry(pool, member).get("since")
+    return str(since) if since else None

@@ -17,7 +17,8 @@ The reconciler imports the others, never the reverse; intent, plan and grant do 
 import-linter contracts).
 """
 
-from controlplane.controllers.modelpool.grant import deployment_replicas, member_slot
+from controlplane.api.v1alpha1.modelpool import member_slot
+from controlplane.controllers.modelpool.grant import deployment_replicas
 from controlplane.controllers.modelpool.intent import (
     Intent,
     LeaseObserver,

@@ -38,7 +38,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from controlplane.api.v1alpha1.modelpool import SLOT_GRANTED, SLOT_RELEASED
+from controlplane.api.v1alpha1.modelpool import (
+    SLOT_GRANTED,
+    SLOT_RELEASED,
+    member_since,
+    member_slot,
+)
 from controlplane.runtime.objects import ObjectView
 
 
@@ -61,24 +66,6 @@ def listing_pools(pools: Iterable[ObjectView], member: str) -> list[ObjectView]:
 def pools_listing(pools: Iterable[ObjectView], member: str) -> list[str]:
     """Names of the pools that list ``member``, sorted (:func:`listing_pools`)."""
     return [str(pool["metadata"]["name"]) for pool in listing_pools(pools, member)]
-
-
-def _entry(pool: ObjectView, member: str) -> ObjectView:
-    """``pool``'s ``status.members[]`` entry for ``member`` (empty when it has none)."""
-    entries: list[ObjectView] = (pool.get("status") or {}).get("members") or []
-    return next((entry for entry in entries if entry.get("name") == member), {})
-
-
-def member_slot(pool: ObjectView, member: str) -> str | None:
-    """``pool``'s decision about ``member``: ``Granted``, ``Released`` or None (not decided)."""
-    slot = _entry(pool, member).get("slot")
-    return str(slot) if slot in (SLOT_GRANTED, SLOT_RELEASED) else None
-
-
-def member_since(pool: ObjectView, member: str) -> str | None:
-    """When ``pool`` last changed its decision about ``member`` (``status.members[].since``)."""
-    since = _entry(pool, member).get("since")
-    return str(since) if since else None
 
 
 def decision_seen(

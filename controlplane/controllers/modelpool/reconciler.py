@@ -77,17 +77,14 @@ from controlplane.api.v1alpha1.modelpool import (
     PHASES,
     SLOT_RELEASED,
     WaitingDemand,
+    member_since,
+    member_slot,
     parse_duration,
 )
 from controlplane.controllers.inferenceservice.desired import ISVC_LABEL
 from controlplane.controllers.inferenceservice.weightsstatus import weights_ready, weights_summary
 from controlplane.controllers.modelpool import metrics
-from controlplane.controllers.modelpool.grant import (
-    acknowledged,
-    lists_member,
-    member_since,
-    member_slot,
-)
+from controlplane.controllers.modelpool.grant import acknowledged, lists_member
 from controlplane.controllers.modelpool.intent import LeaseObserver, Owner, choose_owner
 from controlplane.controllers.modelpool.phases import PhaseSpan, SwapPhases
 from controlplane.controllers.modelpool.plan import (
