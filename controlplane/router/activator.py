@@ -52,10 +52,11 @@ starts a swap is the parent of its ``swap`` span (the driver), under which the `
 ``traceparent`` onto the Lease, so the pool controller's reconciles for it are its children.
 
 **Admission to the resident closes pool-wide** once the turn has passed: while a live intent on
-the pool's Lease names another member, no replica forwards a new request to the resident (the
-fast path included); those requests are held as demand for its next turn, the ones in flight
-finish (the pool controller's ``/slots`` gate drains only then), and the swap runs. Nothing in
-flight is ever aborted.
+the pool's Lease names another member (in a pool with a budget: and names the resident among those
+that leave for it, :mod:`controlplane.scheduling.budget`), no replica forwards a new request to the
+resident (the fast path included); those requests are held as demand for its next turn, the ones
+in flight finish (the pool controller's ``/slots`` gate drains only then), and the swap runs.
+Nothing in flight is ever aborted.
 
 Only the replica that held the Lease while the target became ready counts the swap in metrics.
 Nothing is dispatched on belief alone: readiness is read from the informer caches at the moment
@@ -189,6 +190,9 @@ class Swap:
     #: The target's address once its server answered ``/health`` 200 to our own probe, before
     #: the pool says it is resident; handed to held requests only while we hold the Lease.
     direct_url: str | None = None
+    #: In a pool with a budget, the residents the scheduler asks to leave for the target; written
+    #: into the intent with the claim.
+    evict: tuple[str, ...] = ()
     #: The driver's span: child of the hold that started the swap, linked from those that joined.
     span: trace.Span = trace.INVALID_SPAN
     started_by: trace.Span | None = None  # the hold span current when the swap was started
@@ -231,7 +235,9 @@ class Activator:
         self.notifier.forward_to(self.progress)
         self.inflight = inflight or InFlightRequests(self.progress.notify, clock)
         self.local = local or LocalDemand(clock)
-        #: The scheduler's inputs (pooled demand, residency, settings) and its verdict.
+        self.history = history or SwapHistory()
+        #: The scheduler's inputs (pooled demand, residency, settings) and its verdict; a
+        #: member's reload time as measured here is what evicting it costs (a pool with a budget).
         self.schedule = PoolSchedule(
             view,
             leases or PoolLeases(coordinator.identity, clock),
@@ -239,8 +245,8 @@ class Activator:
             self.inflight,
             activity_window=activity_window,
             clock=clock,
+            reload=self.history.expected,
         )
-        self.history = history or SwapHistory()
         self.linger_grace = linger_grace
         self.clock = clock
         self.swaps: dict[tuple[str, str], Swap] = {}
@@ -280,6 +286,7 @@ class Activator:
             await anyio.sleep(POLL_SECONDS)
             for pool in self.local.pools():
                 self.schedule.residency(pool)
+                self.schedule.resident_since(pool)
             self.progress.notify()
 
     def _stop(self) -> None:
@@ -291,10 +298,10 @@ class Activator:
     # -- reading the caches ----------------------------------------------------------------------
 
     def ready_url(self, pool_name: str, member: str) -> str | None:
-        """The member's URL if it is the pool's Ready resident with a ready endpoint and admission
-        to it is open (no live intent names another member), else None."""
-        pool = self.view.pool(pool_name)
-        if pool is None or (pool.get("status") or {}).get("residentMember") != member:
+        """The member's URL if it is one of the pool's Ready residents with a ready endpoint and
+        admission to it is open (no live intent names another member, or, in a pool with a
+        budget, names it among those that leave), else None."""
+        if member not in self.schedule.residents(pool_name):
             return None
         self.schedule.residency(pool_name)
         if self.schedule.admission_closed(pool_name, member):
@@ -310,8 +317,12 @@ class Activator:
         text = (pool.get("spec") or {}).get("swapBudget")
         return parse_duration(text, DEFAULT_BUDGET_SECONDS)
 
-    def resident(self, pool_name: str) -> str:
-        status = (self.view.pool(pool_name) or {}).get("status") or {}
+    def origin(self, swap: Swap) -> str:
+        """Where the slot comes from for ``swap``, as the swap metrics' ``from`` says: the
+        resident, or, in a pool with a budget, the residents that leave for it (none: it fits)."""
+        if self.schedule.budget(swap.pool) is not None:
+            return ",".join(swap.evict)
+        status = (self.view.pool(swap.pool) or {}).get("status") or {}
         return str(status.get("residentMember") or "")
 
     def retry_after(self, swap: Swap) -> int:
@@ -511,13 +522,14 @@ class Activator:
                 else:
                     turn = self.schedule.turn(swap.pool)
                     swap.busy = turn.member != swap.member
+                    swap.evict = turn.evict
                     if swap.busy:
                         self._give_up_turn(swap)
                         if turn.recheck_at is not None:
                             wait = min(wait, max(0.0, turn.recheck_at - self.clock()))
                     elif self.turns.setdefault(swap.pool, swap) is swap:
                         if self.clock() >= next_claim:
-                            await self._claim(swap, self.resident(swap.pool))
+                            await self._claim(swap, self.origin(swap))
                             next_claim = self.clock() + CLAIM_RETRY_SECONDS
                         if not swap.holding:
                             wait = max(0.0, next_claim - self.clock())
@@ -570,10 +582,12 @@ class Activator:
             wait = min(wait, swap.linger_until - now)
         return max(0.0, wait)
 
-    async def _claim(self, swap: Swap, resident: str) -> None:
+    async def _claim(self, swap: Swap, origin: str) -> None:
         sent = self.clock()
         try:
-            claim = await self.coordinator.claim(swap.pool, swap.member, traceparent_of(swap.span))
+            claim = await self.coordinator.claim(
+                swap.pool, swap.member, traceparent_of(swap.span), swap.evict
+            )
         except LeaseUnavailable as err:
             log.warning("pool %s: claiming for %s failed: %s", swap.pool, swap.member, err.message)
             swap.lease_error = err
@@ -583,7 +597,7 @@ class Activator:
         swap.maybe_held = False
         if claim.held:
             swap.holding = True
-            swap.origin = resident
+            swap.origin = origin
             swap.claimed_at = swap.renew_sent_at = swap.renewed_ok_at = sent
             log.info("pool %s: claimed the Lease for %s", swap.pool, swap.member)
         else:

@@ -9,7 +9,7 @@ replica (:mod:`controlplane.api.v1alpha1.demand` is the protocol), so this modul
   every replica's demand report), judging each one's expiry on our clock as the pool controller
   does; :meth:`PoolLeases.pooled` merges our own demand with every live report of the others
   (a report's ``waited`` is placed on our clock at the moment we saw it), and
-  :meth:`PoolLeases.intent_target` says which member a live intent asks for;
+  :meth:`PoolLeases.live_intent` says which member a live intent asks for;
 * :class:`DemandReporter`: writes our report Lease when the summary changes, at most once per
   ``interval`` and never per request, renews it at a third of its duration while there is
   demand, and writes it empty (no holder) once when there is none left.
@@ -28,7 +28,7 @@ from typing import Any
 
 import anyio
 
-from controlplane.api.v1alpha1.activation import pool_for_lease, read_activation
+from controlplane.api.v1alpha1.activation import Activation, pool_for_lease, read_activation
 from controlplane.api.v1alpha1.demand import (
     LiveReport,
     ReportedDemand,
@@ -123,13 +123,14 @@ class PoolLeases:
 
     # -- reading -----------------------------------------------------------------------------------
 
-    def intent_target(self, pool: str, leases: Iterable[Mapping[str, Any]]) -> str | None:
-        """The member a live intent on ``pool``'s Lease asks for, or None."""
+    def live_intent(self, pool: str, leases: Iterable[Mapping[str, Any]]) -> Activation | None:
+        """What a live intent on ``pool``'s Lease asks (its target, the residents that leave for
+        it), or None."""
         for lease in leases:
             if pool_for_lease(lease) == pool:
                 activation = read_activation(lease)
                 live = activation.requested and self.expiry.remaining(lease) >= 0
-                return activation.target if live else None
+                return activation if live else None
         return None
 
     def reports(self, pool: str, leases: Iterable[Mapping[str, Any]]) -> list[LiveReport]:

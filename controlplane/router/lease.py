@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -146,14 +146,17 @@ class LeaseCoordinator:
             },
         )
 
-    async def claim(self, pool: str, target: str, traceparent: str | None = None) -> Claim:
-        """Hold the Lease for ``target`` (recording ``traceparent``, the swap's trace context),
-        or say who holds it. Raises :class:`LeaseUnavailable` when the API cannot be read or
-        written (the write may have landed: see the activator)."""
+    async def claim(
+        self, pool: str, target: str, traceparent: str | None = None, evict: Sequence[str] = ()
+    ) -> Claim:
+        """Hold the Lease for ``target`` (recording ``traceparent``, the swap's trace context, and
+        ``evict``, the residents that leave for it in a pool with a budget), or say who holds it.
+        Raises :class:`LeaseUnavailable` when the API cannot be read or written (the write may
+        have landed: see the activator)."""
         span = self._span("lease.claim", pool, target)
         with trace.use_span(span, end_on_exit=True):
             try:
-                found = await self._claim(pool, target, traceparent)
+                found = await self._claim(pool, target, traceparent, evict)
             except LeaseUnavailable as err:
                 span.set_attribute("modelpool.outcome", "lease_unavailable")
                 span.set_status(trace.StatusCode.ERROR, err.message)
@@ -163,14 +166,22 @@ class LeaseCoordinator:
                 span.set_attribute("modelpool.lease.holder", found.holder)
             return found
 
-    async def _claim(self, pool: str, target: str, traceparent: str | None) -> Claim:
+    async def _claim(
+        self, pool: str, target: str, traceparent: str | None, evict: Sequence[str]
+    ) -> Claim:
         try:
             for _ in range(CONFLICT_RETRIES):
                 lease = await self._read(pool)
                 try:
                     if lease is None:
                         body = new_pool_lease(
-                            self.namespace, pool, self.identity, target, self.duration, traceparent
+                            self.namespace,
+                            pool,
+                            self.identity,
+                            target,
+                            self.duration,
+                            traceparent,
+                            evict,
                         )
                         self.expiry.observe(await self._call(self.client.create(LEASES, body)))
                         return Claim(True, self.identity, target)
@@ -181,7 +192,7 @@ class LeaseCoordinator:
                         return Claim(True, self.identity, target)
                     if activation.holder and self.expiry.remaining(lease) >= 0:
                         return Claim(False, activation.holder, activation.target)
-                    taken = claimed(lease, self.identity, target, self.duration, traceparent)
+                    taken = claimed(lease, self.identity, target, self.duration, traceparent, evict)
                     self.expiry.observe(await self._call(self.client.update(LEASES, taken)))
                     return Claim(True, self.identity, target)
                 except (AlreadyExists, Conflict):

@@ -6,13 +6,19 @@ merged with our own :class:`~controlplane.router.demand.LocalDemand`), the pool'
 member priorities from its spec, and since when the resident has held the slot, observed on our
 own monotonic clock (a timestamp written by another machine is never compared with ours).
 
+A pool with ``spec.capacity`` has several residents (:mod:`controlplane.scheduling.budget`): each
+is tracked since when we have seen it resident, the turn goes by
+:func:`~controlplane.scheduling.budget.next_shared_turn` and carries the residents that leave.
+
 It also answers the one question the fast path asks of the schedule: is admission to a member
-closed (a live intent on the pool's Lease names another member)?
+closed (a live intent on the pool's Lease names another member; in a pool with a budget, and
+names this one among the residents that leave for it)?
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from controlplane.api.v1alpha1.modelpool import (
@@ -25,6 +31,7 @@ from controlplane.router.demand import DEFAULT_ACTIVITY_WINDOW_SECONDS, LocalDem
 from controlplane.router.inflight import InFlightRequests
 from controlplane.router.routing import parse_duration
 from controlplane.runtime.objects import ObjectView
+from controlplane.scheduling.budget import Budget, Resident, next_shared_turn, pool_budget
 from controlplane.scheduling.policy import (
     MemberDemand,
     Residency,
@@ -59,21 +66,43 @@ class PoolSchedule:
         *,
         activity_window: float = DEFAULT_ACTIVITY_WINDOW_SECONDS,
         clock: TimeSource = time.monotonic,
+        reload: Callable[[str, str], float | None] = lambda pool, member: None,
     ) -> None:
         self.view, self.leases, self.local, self.inflight = view, leases, local, inflight
         self.activity_window = activity_window
         self.clock = clock
+        #: A member's measured reload time (s; None: not measured), for the eviction's cost.
+        self.reload = reload
         #: Per pool, the resident and since when we have seen it resident (our clock).
         self._residency: dict[str, Residency] = {}
+        #: Per pool with a budget, each resident and since when we have seen it so (our clock).
+        self._residents: dict[str, dict[str, float]] = {}
 
     def _resident(self, pool_name: str) -> str:
         status = (self.view.pool(pool_name) or {}).get("status") or {}
         return str(status.get("residentMember") or "")
 
+    def residents(self, pool_name: str) -> list[str]:
+        """The members the pool names resident (``status.residents``; one, or none, in an
+        exclusive pool)."""
+        status = (self.view.pool(pool_name) or {}).get("status") or {}
+        listed = status.get("residents")
+        if isinstance(listed, list):
+            return [str(m) for m in listed if m]
+        resident = status.get("residentMember")
+        return [str(resident)] if resident else []
+
+    def budget(self, pool_name: str) -> Budget | None:
+        """The pool's capacity and footprints (None: exclusive)."""
+        return pool_budget((self.view.pool(pool_name) or {}).get("spec") or {})
+
     def admission_closed(self, pool_name: str, member: str) -> bool:
-        """The turn has passed from ``member``: a live intent on the pool's Lease names another."""
-        target = self.leases.intent_target(pool_name, self.view.pool_leases(pool_name))
-        return target is not None and target != member
+        """The turn has passed from ``member``: a live intent on the pool's Lease names another
+        member and, in a pool with a budget, ``member`` among the residents that leave for it."""
+        intent = self.leases.live_intent(pool_name, self.view.pool_leases(pool_name))
+        if intent is None or intent.target == member:
+            return False
+        return self.budget(pool_name) is None or member in intent.evict
 
     def residency(self, pool_name: str) -> Residency:
         """The resident and since when we have seen it so (first sight counts as its start: a
@@ -123,14 +152,33 @@ class PoolSchedule:
             self.activity_window,
         )
 
+    def resident_since(self, pool_name: str) -> dict[str, float]:
+        """Of a pool with a budget: each resident and since when we have seen it so (first sight
+        counts as its start, as for :meth:`residency`)."""
+        now = self.clock()
+        known = self._residents.get(pool_name, {})
+        current = {m: known.get(m, now) for m in self.residents(pool_name)}
+        self._residents[pool_name] = current
+        return current
+
     def turn(self, pool_name: str) -> Turn:
         """Whose turn the pool's slot is, on every replica's demand (the scheduler's verdict)."""
-        return next_turn(
-            self.demand(pool_name),
-            self.residency(pool_name),
-            self.settings(pool_name),
-            self.clock(),
-        )
+        budget = self.budget(pool_name)
+        if budget is None:
+            return next_turn(
+                self.demand(pool_name),
+                self.residency(pool_name),
+                self.settings(pool_name),
+                self.clock(),
+            )
+        demand = self.demand(pool_name)
+        residents = {
+            member: Resident(
+                since, demand.get(member, MemberDemand()), self.reload(pool_name, member) or 0.0
+            )
+            for member, since in self.resident_since(pool_name).items()
+        }
+        return next_shared_turn(demand, residents, budget, self.settings(pool_name), self.clock())
 
     def turn_in(self, pool_name: str, member: str) -> float:
         """Seconds until ``member`` (waiting) is likely to get the turn: when its oldest held

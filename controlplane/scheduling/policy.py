@@ -88,16 +88,22 @@ class TurnReason(enum.StrEnum):
     MAX_WAIT = "MaxWait"
     MIN_RESIDENCY = "MinResidency"
     RESIDENCY_SERVED = "ResidencyServed"
+    #: Of a pool with a budget (:mod:`controlplane.scheduling.budget`): the member fits beside
+    #: the residents, or could not fit even alone.
+    FITS = "Fits"
+    NO_ROOM = "NoRoom"
 
 
 @dataclass(frozen=True, slots=True)
 class Turn:
     """The member the slot belongs to next (None: stays cold), why, and when the decision can
-    change with no new demand (``recheck_at``: the floor ends or someone becomes overdue)."""
+    change with no new demand (``recheck_at``: the floor ends or someone becomes overdue);
+    ``evict``: in a pool with a budget, the residents that leave to make room for it."""
 
     member: str | None
     reason: TurnReason
     recheck_at: float | None = None
+    evict: tuple[str, ...] = ()
 
     @property
     def passes(self) -> bool:

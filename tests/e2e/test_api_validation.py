@@ -105,6 +105,24 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("member priority negative",
      changed(POOL, spec__members=[{**member("a"), "priority": -1}, member("b")]),
      "spec.members[0].priority"),
+    ("capacity with both a count and memory",
+     changed(POOL, spec__capacity={"members": 2, "gpuMemory": "24Gi"}), "spec.capacity"),
+    ("capacity of no members", changed(POOL, spec__capacity={"members": 0}),
+     "spec.capacity.members"),
+    ("capacity that is not a quantity", changed(POOL, spec__capacity={"gpuMemory": "24 GB"}),
+     "spec.capacity.gpuMemory"),
+    ("member footprint not a quantity",
+     changed(POOL, spec__members=[{**member("a"), "gpuMemory": "lots"}, member("b")]),
+     "spec.members[0].gpuMemory"),
+    ("memory capacity with a footprint missing",
+     changed(POOL, spec__capacity={"gpuMemory": "24Gi"},
+             spec__members=[{**member("a"), "gpuMemory": "8Gi"}, member("b")]),
+     "spec.members"),
+    ("member footprint above the capacity",
+     changed(POOL, spec__capacity={"gpuMemory": "24Gi"},
+             spec__members=[{**member("a"), "gpuMemory": "8Gi"},
+                            {**member("b"), "gpuMemory": "25Gi"}]),
+     "spec.members"),
     ("member reference not a DNS label",
      changed(POOL, spec__members=[member("Llama_3")], spec__default=DELETE),
      "spec.members[0].inferenceServiceRef.name"),
@@ -264,6 +282,28 @@ async def test_status_is_validated_and_written_only_through_its_subresource(
 
 
 @pytest.mark.usefixtures("crds")
+async def test_a_pool_with_a_budget_is_accepted_and_may_grant_several(
+    admin: KubeClient, namespace: str
+) -> None:
+    """The two forms of ``spec.capacity`` the schema accepts, and a status with two grants beside
+    a ``status.budget`` (docs/modelpool.md, "Several residents")."""
+    pools = RESOURCES["ModelPool"]
+    memory = changed(POOL, spec__capacity={"gpuMemory": "24Gi"},
+                     spec__members=[{**member("a"), "gpuMemory": "16Gi"},
+                                    {**member("b"), "gpuMemory": "8Gi"}])  # fmt: skip
+    created = await admin.create(pools, memory, namespace)
+    assert created["spec"]["members"][1]["gpuMemory"] == "8Gi"
+    count = changed(POOL, metadata__name="gpu-1", spec__capacity={"members": 2})
+    counted = await admin.create(pools, count, namespace)
+    both = {**counted, "status": {"members": [{"name": "a", "slot": "Granted"},
+                                              {"name": "b", "slot": "Granted"}],
+                                  "budget": {"capacity": "2", "used": "2"},
+                                  "residents": ["a", "b"]}}  # fmt: skip
+    written = await admin.update_status(pools, both)
+    assert written["status"]["residents"] == ["a", "b"]
+
+
+@pytest.mark.usefixtures("crds")
 async def test_a_pool_status_with_two_grants_is_refused(admin: KubeClient, namespace: str) -> None:
     """The schema holds "one member granted" (docs/modelpool.md, "The grant") for every writer
     of a pool's status, not only the pool controller."""
@@ -274,6 +314,7 @@ async def test_a_pool_status_with_two_grants_is_refused(admin: KubeClient, names
     with pytest.raises(Invalid) as refused:
         await admin.update_status(pools, both)
     assert "at most one member may hold the slot's grant" in refused.value.message
+    assert "status.members" in refused.value.message
     one = {**created, "status": {"members": [{"name": "a", "slot": "Granted"},
                                              {"name": "b", "slot": "Released"}]}}  # fmt: skip
     written = await admin.update_status(pools, one)

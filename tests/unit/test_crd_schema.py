@@ -139,9 +139,15 @@ def test_pool_printer_columns_tell_the_story() -> None:
         "Phase",
         "Age",
     ]
-    assert [c["name"] for c in columns if c.get("priority")] == ["Max-Wait", "Min-Residency"]
+    assert [c["name"] for c in columns if c.get("priority")] == [
+        "Used",
+        "Capacity",
+        "Max-Wait",
+        "Min-Residency",
+    ]
     paths = {c["name"]: c["jsonPath"] for c in columns}
-    assert paths["Resident"] == ".status.residentMember"
+    assert paths["Resident"] == ".status.residents[*]"
+    assert (paths["Used"], paths["Capacity"]) == (".status.budget.used", ".status.budget.capacity")
     assert paths["Waiting"] == ".status.waiting[*].member"
 
 
@@ -152,7 +158,14 @@ def _rules(node: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_cel_rules_cover_what_a_schema_cannot_say_and_name_their_field() -> None:
     pool_spec = schema(ModelPool)["properties"]["spec"]
-    default_rule, bound_below_budget = _rules(pool_spec)
+    default_rule, bound_below_budget, footprints_declared = _rules(pool_spec)
+    assert footprints_declared["fieldPath"] == ".members"
+    assert "spec.members[].gpuMemory" in footprints_declared["message"]
+    (one_kind_of_capacity,) = _rules(pool_spec["properties"]["capacity"])
+    assert "exactly one" in one_kind_of_capacity["message"]
+    (grants,) = _rules(schema(ModelPool)["properties"]["status"])
+    assert grants["fieldPath"] == ".members"
+    assert "has(self.budget)" in grants["rule"]
     assert default_rule["fieldPath"] == ".default"
     assert "spec.default" in default_rule["message"]
     assert bound_below_budget["fieldPath"] == ".scheduling.maxWait"

@@ -21,11 +21,13 @@ from controlplane.controllers.modelpool.plan import (
     decided_slots,
     deferral_from,
     deployment_drained,
+    kept_residents,
     plan_actions,
     pool_status,
     status_changed,
 )
 from controlplane.probes.idle import IdleOutcome, IdleReport
+from controlplane.scheduling.budget import Budget
 
 GRANTED, RELEASED = SLOT_GRANTED, SLOT_RELEASED
 
@@ -405,3 +407,92 @@ def test_status_is_unchanged_when_nothing_changed_and_transition_times_stay() ->
     wanted = pool_status(bumped, PoolView(snapshot, owner("a", OwnerReason.DEFAULT), plan))
     assert status_changed(bumped.status, wanted)
     assert wanted.observed_generation == 4
+
+
+# -- a pool with a budget (several residents) ------------------------------------------------------
+
+TWO = Budget(2, {"a": 1, "b": 1, "c": 1})
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "owner", "keep", "expected"),
+    [
+        # b fits beside a: nothing is drained, b goes up at once
+        (members(up("a"), stopped("b"), stopped("c")), "b", ("a",), Plan(grant="b")),
+        # c needs room: the intent evicts b, which is probed; a stays; c waits for b
+        (
+            members(up("a"), up("b"), stopped("c")),
+            "c",
+            ("a",),
+            Plan(probe=("b",), holding=("b",)),
+        ),
+        # b released, its pod still Terminating: it still holds its share, c waits
+        (members(up("a"), terminating("b"), stopped("c")), "c", ("a",), Plan(holding=("b",))),
+        # b gone: c fits beside a
+        (members(up("a"), stopped("b"), stopped("c")), "c", ("a",), Plan(grant="c")),
+        # an intent that evicts nobody although nothing fits: the owner waits, nothing is drained
+        (members(up("a"), up("b"), stopped("c")), "c", ("a", "b"), Plan()),
+    ],
+)
+def test_a_budget_drains_only_the_evicted_and_grants_when_the_owner_fits(
+    snapshot: dict[str, MemberState], owner: str, keep: tuple[str, ...], expected: Plan
+) -> None:
+    assert plan_actions(snapshot, owner, keep, TWO) == expected
+
+
+def test_kept_residents_are_the_granted_residents_the_intent_does_not_evict() -> None:
+    snapshot = members(up("a"), up("b"), loading("c"))
+    # c is granted but was never resident (an abandoned swap): it is not kept
+    assert kept_residents(snapshot, ["a", "b"], "c", ("b",), TWO) == ("a",)
+    assert kept_residents(snapshot, ["a", "b"], None, (), Budget(3, TWO.footprints)) == ("a", "b")
+    assert kept_residents(snapshot, ["a", "b"], "c", (), None) == ()
+
+
+def test_a_lowered_capacity_lets_the_oldest_grant_leave_first() -> None:
+    older = replace(up("a"), since="2026-01-01T00:00:01.000000Z")
+    newer = replace(up("b"), since="2026-01-01T00:00:02.000000Z")
+    snapshot = members(older, newer, stopped("c"))
+    assert kept_residents(snapshot, ["a", "b"], "b", (), Budget(1, TWO.footprints)) == ()
+    assert kept_residents(snapshot, ["a", "b"], "c", (), TWO) == ("b",)
+
+
+def test_a_budget_pool_names_every_resident_and_what_they_use() -> None:
+    pool = ModelPool.from_dict({
+        "metadata": {"name": "p", "namespace": "ns", "generation": 1},
+        "spec": {"members": [{"inferenceServiceRef": {"name": n}} for n in "abc"]},
+        "status": {"residentMember": "a", "residents": ["a"]},
+    })  # fmt: skip
+    snapshot = members(up("a"), up("b"), stopped("c"))
+    owner = Owner("b", OwnerReason.REQUESTED, Intent("proxy-0", "b", 10.0))
+    view = PoolView(snapshot, owner, Plan(), now=NOW, budget=TWO, keep=("a",))
+    status = pool_status(pool, view)
+    assert (status.residents, status.resident_member) == (["a", "b"], "b")
+    assert status.budget is not None
+    assert (status.budget.used, status.budget.capacity) == ("2", "2")
+    assert [m.resident for m in status.members] == [True, True, False]
+    assert status.phase == "Ready"
+    # the same pool, exclusive: one resident and no budget shown
+    alone = members(up("a"), stopped("b"), stopped("c"))
+    exclusive = pool_status(
+        pool, PoolView(alone, Owner("a", OwnerReason.RESIDENT), Plan(), now=NOW)
+    )
+    assert (exclusive.residents, exclusive.budget) == (["a"], None)
+
+
+def test_an_evicted_resident_leaves_the_residents_when_its_release_is_written() -> None:
+    pool = ModelPool.from_dict({
+        "metadata": {"name": "p", "namespace": "ns", "generation": 1},
+        "spec": {"members": [{"inferenceServiceRef": {"name": n}} for n in "abc"]},
+        "status": {"residentMember": "b", "residents": ["a", "b"]},
+    })  # fmt: skip
+    snapshot = members(up("a"), up("b"), stopped("c"))
+    owner = Owner("c", OwnerReason.REQUESTED, Intent("proxy-0", "c", 10.0, evict=("b",)))
+    slots = {"a": GRANTED, "b": RELEASED, "c": RELEASED}
+    view = PoolView(snapshot, owner, Plan(holding=("b",)), now=NOW, slots=slots, budget=TWO,
+                    keep=("a",))  # fmt: skip
+    status = pool_status(pool, view)
+    assert (status.residents, status.resident_member, status.pending_member) == (["a"], "a", "c")
+    assert status.phase == "Swapping"
+    # b's pod is still there: it still counts
+    assert status.budget is not None
+    assert status.budget.used == "2"

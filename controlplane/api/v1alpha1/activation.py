@@ -14,6 +14,11 @@ Lease:
   the holder drives for that target, so the pool controller's spans for it join the trace of the
   request that started it (DESIGN 4.11). It is written with the claim, kept by renewals, and
   cleared with the target on release: a trace context never outlives the intent it belongs to.
+* in a pool with ``spec.capacity``, optionally the annotation :data:`EVICT_ANNOTATION`: the
+  residents (comma-separated) that leave to make room for the target, as the holder's scheduler
+  chose them (:mod:`controlplane.scheduling.budget`). Admission closes for those residents only,
+  and the pool controller drains exactly them (through the idle gate); it still grants the target
+  only once it fits. Written with the claim, cleared with the target.
 
 **A Lease is a pool's only by its label.** A name pattern alone let the operator's own leader
 Lease (``modelpool-operator``) read as the intent of a pool called ``operator``. Both sides
@@ -35,7 +40,7 @@ one spelling and one parsing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -47,6 +52,8 @@ from controlplane.runtime.timeutil import micro_time
 TARGET_ANNOTATION: Final = "inference.modelpool.dev/target"
 #: Annotation on the pool's Lease: the W3C ``traceparent`` of the swap the holder drives.
 TRACEPARENT_ANNOTATION: Final = "inference.modelpool.dev/traceparent"
+#: Annotation on the pool's Lease: the residents that leave to make room (a pool with a budget).
+EVICT_ANNOTATION: Final = "inference.modelpool.dev/evict"
 #: Label on a pool's Lease naming the pool; Lease informers select on it.
 POOL_LABEL: Final = "inference.modelpool.dev/pool"
 #: Prefix of a pool's Lease name; the rest is the pool's name.
@@ -79,6 +86,8 @@ class Activation:
     target: str | None
     duration: int | None
     traceparent: str | None = None
+    #: The residents the holder asks to leave for the target (a pool with a budget).
+    evict: tuple[str, ...] = ()
 
     @property
     def requested(self) -> bool:
@@ -97,13 +106,18 @@ def read_activation(lease: Mapping[str, Any]) -> Activation:
     target = annotations.get(TARGET_ANNOTATION) or None
     duration = record.duration if record.duration is not None and record.duration > 0 else None
     traceparent = annotations.get(TRACEPARENT_ANNOTATION) or None
-    return Activation(record.holder, target, duration, traceparent)
+    evict = tuple(
+        sorted({m.strip() for m in (annotations.get(EVICT_ANNOTATION) or "").split(",")} - {""})
+    )
+    return Activation(record.holder, target, duration, traceparent, evict)
 
 
-def _annotations(target: str, traceparent: str | None) -> dict[str, str]:
+def _annotations(target: str, traceparent: str | None, evict: Sequence[str] = ()) -> dict[str, str]:
     annotations = {TARGET_ANNOTATION: target}
     if traceparent:
         annotations[TRACEPARENT_ANNOTATION] = traceparent
+    if evict:
+        annotations[EVICT_ANNOTATION] = ",".join(sorted(evict))
     return annotations
 
 
@@ -114,9 +128,10 @@ def new_pool_lease(
     target: str,
     duration: int,
     traceparent: str | None = None,
+    evict: Sequence[str] = (),
 ) -> Object:
     """A pool Lease held by ``holder`` for ``target``, to create; ``traceparent`` is the trace
-    context of the swap, carried to the pool controller."""
+    context of the swap, carried to the pool controller; ``evict`` the residents to leave."""
     now = micro_time()
     return {
         "apiVersion": "coordination.k8s.io/v1",
@@ -125,7 +140,7 @@ def new_pool_lease(
             "name": pool_lease_name(pool),
             "namespace": namespace,
             "labels": {POOL_LABEL: pool},
-            "annotations": _annotations(target, traceparent),
+            "annotations": _annotations(target, traceparent, evict),
         },
         "spec": {
             "holderIdentity": holder,
@@ -138,16 +153,19 @@ def new_pool_lease(
 
 
 def _with_target(
-    lease: Mapping[str, Any], target: str | None, traceparent: str | None = None
+    lease: Mapping[str, Any],
+    target: str | None,
+    traceparent: str | None = None,
+    evict: Sequence[str] = (),
 ) -> Object:
-    """``lease`` for ``target`` with ``traceparent`` (a trace context of an earlier claim never
-    stays: it belongs to another swap), or with neither for ``None``."""
+    """``lease`` for ``target`` with ``traceparent`` and ``evict`` (those of an earlier claim never
+    stay: they belong to another swap), or with none of them for ``None``."""
     metadata = dict(lease.get("metadata") or {})
     annotations = dict(metadata.get("annotations") or {})
-    annotations.pop(TARGET_ANNOTATION, None)
-    annotations.pop(TRACEPARENT_ANNOTATION, None)
+    for key in (TARGET_ANNOTATION, TRACEPARENT_ANNOTATION, EVICT_ANNOTATION):
+        annotations.pop(key, None)
     if target is not None:
-        annotations.update(_annotations(target, traceparent))
+        annotations.update(_annotations(target, traceparent, evict))
     metadata["annotations"] = annotations
     return {**lease, "metadata": metadata}
 
@@ -158,16 +176,17 @@ def claimed(
     target: str,
     duration: int,
     traceparent: str | None = None,
+    evict: Sequence[str] = (),
 ) -> Object:
     """``lease`` (as read, resourceVersion included) taken by ``holder`` for ``target``, with
-    the trace context of the swap that takes it."""
+    the trace context of the swap that takes it and the residents it asks to leave."""
     now = micro_time()
     spec = dict(lease.get("spec") or {})
     if read_activation(lease).holder != holder:
         spec["acquireTime"] = now
         spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
     spec.update(holderIdentity=holder, leaseDurationSeconds=duration, renewTime=now)
-    return {**_with_target(lease, target, traceparent), "spec": spec}
+    return {**_with_target(lease, target, traceparent, evict), "spec": spec}
 
 
 def renewed(lease: Mapping[str, Any]) -> Object:

@@ -39,6 +39,8 @@ DEFAULT_MIN_RESIDENCY: Final = "10s"
 MAX_PRIORITY: Final = 1000
 #: Members in one pool: a bound that also keeps the uniqueness rule's CEL cost small.
 MAX_MEMBERS: Final = 32
+#: Longest quantity string accepted (``24Gi``, ``80G``, ``17179869184``): bounds the CEL cost.
+MAX_QUANTITY_LENGTH: Final = 32
 
 PHASE_PENDING: Final = "Pending"
 PHASE_READY: Final = "Ready"
@@ -79,10 +81,55 @@ class PoolMember(ApiObject):
         maximum=MAX_PRIORITY,
     )
 
+    gpu_memory: str | None = api_field(
+        "The member's footprint: the GPU memory its server uses when loaded, a quantity such as "
+        "10Gi (weights, KV cache for its context and parallel slots, compute buffers; "
+        'docs/modelpool.md, "Several residents"). Required when spec.capacity.gpuMemory is set.',
+        max_length=MAX_QUANTITY_LENGTH,
+        rules=(
+            Rule(
+                "isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))",
+                "must be a positive quantity such as 10Gi",
+                reason="FieldValueInvalid",
+            ),
+        ),
+    )
+
     @property
     def name(self) -> str | None:
         ref = self.inference_service_ref
         return ref.name if ref is not None else None
+
+
+@dataclass(kw_only=True)
+class CapacitySpec(ApiObject):
+    """How much of the pool's GPU its members may use at once: a count of members, or GPU memory
+    shared by the members' declared footprints (docs/modelpool.md, "Several residents")."""
+
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "has(self.members) != has(self.gpuMemory)",
+            "spec.capacity must set exactly one of members and gpuMemory",
+            reason="FieldValueInvalid",
+        ),
+    )
+
+    members: int | None = api_field(
+        "How many members may run at once (each counts one).", minimum=1, maximum=MAX_MEMBERS
+    )
+    gpu_memory: str | None = api_field(
+        "GPU memory the running members may use together, a quantity such as 24Gi: the sum of "
+        "the footprints (spec.members[].gpuMemory) of every member with a pod not yet gone never "
+        "exceeds it.",
+        max_length=MAX_QUANTITY_LENGTH,
+        rules=(
+            Rule(
+                "isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))",
+                "must be a positive quantity such as 24Gi",
+                reason="FieldValueInvalid",
+            ),
+        ),
+    )
 
 
 def _duration(description: str, default: str | None, *, positive: bool) -> Any:
@@ -155,6 +202,16 @@ class ModelPoolSpec(ApiObject):
             field_path=".scheduling.maxWait",
             reason="FieldValueInvalid",
         ),
+        Rule(
+            "!has(self.capacity) || !has(self.capacity.gpuMemory) || "
+            "!isQuantity(self.capacity.gpuMemory) || self.members.all(m, has(m.gpuMemory) && "
+            "isQuantity(m.gpuMemory) && "
+            "quantity(m.gpuMemory).compareTo(quantity(self.capacity.gpuMemory)) <= 0)",
+            "with spec.capacity.gpuMemory, every member must declare spec.members[].gpuMemory, "
+            "no larger than the capacity",
+            field_path=".members",
+            reason="FieldValueInvalid",
+        ),
     )
 
     members: list[PoolMember] = api_field(
@@ -197,6 +254,10 @@ class ModelPoolSpec(ApiObject):
         "floor); defaults apply when absent.",
         default={},
     )
+    capacity: CapacitySpec | None = api_field(
+        "Several residents at once: how many members, or how much GPU memory, may run together. "
+        "Unset: one member at a time (an exclusive slot)."
+    )
     gpu: str | None = api_field(
         "The GPU the members share, for humans (informational).", max_length=253
     )
@@ -238,25 +299,53 @@ class WaitingDemand(ApiObject):
 
 
 @dataclass(kw_only=True)
+class BudgetStatus(ApiObject):
+    """The capacity of a pool with several residents, and how much of it is in use."""
+
+    capacity: str | None = api_field(
+        "spec.capacity as counted: members, or GPU memory.", max_length=MAX_QUANTITY_LENGTH
+    )
+    used: str | None = api_field(
+        "The footprints of the members that hold the slot or still have a pod, summed.",
+        max_length=MAX_QUANTITY_LENGTH,
+    )
+
+
+@dataclass(kw_only=True)
 class ModelPoolStatus(ApiObject):
     """Observed state of a ModelPool."""
+
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "has(self.budget) || !has(self.members) || "
+            f"self.members.filter(m, has(m.slot) && m.slot == '{SLOT_GRANTED}').size() <= 1",
+            "status.members: at most one member may hold the slot's grant (several only under a "
+            "status.budget)",
+            field_path=".members",
+            reason="FieldValueForbidden",
+        ),
+    )
 
     phase: str | None = api_field("Pool phase.", enum=PHASES)
     resident_member: str | None = api_field("Member that holds the slot.")
     pending_member: str | None = api_field("Member being brought up by a swap.")
+    residents: list[str] = api_field(
+        "Every member that holds (part of) the slot and has been Ready since its grant: one "
+        "without spec.capacity, up to the capacity with it.",
+        default_factory=list,
+        max_items=MAX_MEMBERS,
+        list_type="set",
+    )
+    budget: BudgetStatus | None = api_field(
+        "Of a pool with spec.capacity: the capacity and how much of it the members holding the "
+        "slot use (pods not yet gone included)."
+    )
     members: list[MemberStatus] = api_field(
         "Each member's state.",
         default_factory=list,
         list_type="map",
         list_map_keys=("name",),
         max_items=MAX_MEMBERS,
-        rules=(
-            Rule(
-                f"self.filter(m, has(m.slot) && m.slot == '{SLOT_GRANTED}').size() <= 1",
-                "status.members: at most one member may hold the slot's grant",
-                reason="FieldValueForbidden",
-            ),
-        ),
     )
     waiting: list[WaitingDemand] = api_field(
         "Members other than the resident with requests held for them (every replica's demand "
@@ -284,13 +373,17 @@ class ModelPool(CustomObject):
     SHORT_NAMES: ClassVar[tuple[str, ...]] = ("mpool",)
     PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = (
         PrinterColumn("Policy", ".spec.swapPolicy", description="Swap policy"),
-        PrinterColumn("Resident", ".status.residentMember", description="Member holding the slot"),
+        PrinterColumn("Resident", ".status.residents[*]", description="Members holding the slot"),
         PrinterColumn("Pending", ".status.pendingMember", description="Member being swapped in"),
         PrinterColumn(
             "Waiting", ".status.waiting[*].member", description="Members with held requests"
         ),
         PrinterColumn("Phase", ".status.phase", description="Pool phase"),
         AGE,
+        PrinterColumn("Used", ".status.budget.used", description="Capacity in use", priority=1),
+        PrinterColumn(
+            "Capacity", ".status.budget.capacity", description="Capacity shared", priority=1
+        ),
         PrinterColumn(
             "Max-Wait", ".spec.scheduling.maxWait", description="Starvation bound", priority=1
         ),

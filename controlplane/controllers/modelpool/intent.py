@@ -47,6 +47,8 @@ class Intent:
     target: str
     expires_in: float
     traceparent: str | None = None
+    #: Of a pool with a budget: the residents the holder asks to leave for ``target``.
+    evict: tuple[str, ...] = ()
 
 
 class LeaseObserver:
@@ -73,6 +75,7 @@ class LeaseObserver:
             target=activation.target,
             expires_in=left,
             traceparent=activation.traceparent,
+            evict=activation.evict,
         )
 
     # -- informer event handler ------------------------------------------------------------------

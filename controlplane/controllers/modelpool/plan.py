@@ -49,7 +49,7 @@ so every rule is unit-tested as a table (``tests/unit/test_modelpool_plan.py``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -71,6 +71,7 @@ from controlplane.api.v1alpha1.modelpool import (
     REASON_PODS_BUSY,
     SLOT_GRANTED,
     SLOT_RELEASED,
+    BudgetStatus,
     MemberStatus,
     ModelPool,
     ModelPoolStatus,
@@ -81,6 +82,7 @@ from controlplane.controllers.modelpool.ready import pool_ready
 from controlplane.probes.idle import IdleOutcome, IdleReport
 from controlplane.runtime.controller import Result
 from controlplane.runtime.timeutil import micro_time
+from controlplane.scheduling.budget import Budget
 
 #: How soon a deferred drain is probed again: the only polling, since ``/slots`` has no watch.
 DEFER_REQUEUE_SECONDS: Final = 1.0
@@ -182,24 +184,31 @@ class Plan:
     waiting_for_weights: str | None = None
 
 
-def plan_actions(members: Mapping[str, MemberState], owner: str | None) -> Plan:
-    """The actions for this snapshot (rules in the module docstring)."""
+def plan_actions(
+    members: Mapping[str, MemberState],
+    owner: str | None,
+    keep: Collection[str] = (),
+    budget: Budget | None = None,
+) -> Plan:
+    """The actions for this snapshot (rules in the module docstring). ``keep``: of a pool with a
+    ``budget``, the residents that stay beside the owner (:func:`kept_residents`)."""
     missing = tuple(missing_members(members))
     if missing:
         return Plan(missing=missing)
+    staying = {owner, *keep}
     if (
         owner is not None
         and members[owner].slot != SLOT_GRANTED
         and not members[owner].weights_ready
     ):
         # A swap never downloads: nothing is drained for an owner that could not start.
-        held = tuple(n for n, m in members.items() if n != owner and not m.released)
+        held = tuple(n for n, m in members.items() if n not in staying and not m.released)
         return Plan(holding=held, waiting_for_weights=owner)
     probe: list[str] = []
     release: list[str] = []
     holding: list[str] = []
     for name, state in members.items():
-        if name == owner:
+        if name in staying:
             continue
         if not state.released:
             holding.append(name)
@@ -207,9 +216,37 @@ def plan_actions(members: Mapping[str, MemberState], owner: str | None) -> Plan:
             continue
         (probe if state.serving or state.starting_urls else release).append(name)
     grant = None
-    if owner is not None and not holding and members[owner].slot != SLOT_GRANTED:
-        grant = owner
+    if owner is not None and members[owner].slot != SLOT_GRANTED:
+        room = not holding if budget is None else budget.fits(owner, [*holding, *keep])
+        grant = owner if room else None
     return Plan(tuple(probe), tuple(release), grant, tuple(holding))
+
+
+def kept_residents(
+    members: Mapping[str, MemberState],
+    residents: Sequence[str],
+    owner: str | None,
+    evict: Collection[str],
+    budget: Budget | None,
+) -> tuple[str, ...]:
+    """Of a pool with a budget: the residents that stay beside ``owner``. Every resident still
+    granted stays, except those the intent asks to leave (``evict``); a member granted but never
+    resident (a swap abandoned before it was up) is not kept, so it is drained. Should they not
+    fit beside the owner (the capacity was lowered), those granted longest ago leave first."""
+    if budget is None:
+        return ()
+    kept = [
+        name
+        for name in residents
+        if name != owner
+        and name in members
+        and members[name].slot == SLOT_GRANTED
+        and name not in evict
+    ]
+    kept.sort(key=lambda name: members[name].since or "", reverse=True)
+    while kept and budget.used([*kept, *([owner] if owner else [])]) > budget.capacity:
+        kept.pop()
+    return tuple(sorted(kept))
 
 
 def decided_slots(
@@ -245,11 +282,14 @@ class PoolView:
     waiting: Sequence[WaitingDemand] = ()
     #: The slots decided (:func:`decided_slots`); None: as last written.
     slots: Mapping[str, str | None] | None = None
+    #: Of a pool with a budget: the budget, and the residents that stay beside the owner.
+    budget: Budget | None = None
+    keep: tuple[str, ...] = ()
 
 
 def _members_phase(
     members: Mapping[str, MemberState],
-    resident: str | None,
+    residents: Collection[str],
     slots: Mapping[str, str | None],
     now: datetime | None,
 ) -> list[MemberStatus]:
@@ -260,9 +300,47 @@ def _members_phase(
         slot = slots.get(name)
         since = state.since if slot == state.slot else (micro_time(now) if slot else None)
         out.append(
-            MemberStatus(name=name, phase=phase, resident=name == resident, slot=slot, since=since)
+            MemberStatus(name=name, phase=phase, resident=name in residents, slot=slot, since=since)
         )
     return out
+
+
+def shared_residents(
+    previous: Sequence[str],
+    owner: str | None,
+    members: Mapping[str, MemberState],
+    slots: Mapping[str, str | None],
+) -> list[str]:
+    """Of a pool with a budget: who is resident after this reconcile. A member stays resident
+    while its grant stands (a crash does not take the title, as an exclusive pool's resident keeps
+    it); the owner joins once it is Ready."""
+    residents = [m for m in previous if m in members and slots.get(m) == SLOT_GRANTED]
+    if owner is not None and owner not in residents and members[owner].ready:
+        residents.append(owner)
+    return sorted(residents)
+
+
+def _exclusive_budget(slots: Mapping[str, str | None]) -> BudgetStatus | None:
+    """An exclusive pool shows no budget, except while a capacity just removed still has several
+    members granted (the schema allows several grants only beside a budget): one member's
+    capacity, and the grants, until the drain leaves one."""
+    granted = sum(1 for slot in slots.values() if slot == SLOT_GRANTED)
+    return BudgetStatus(capacity="1", used=str(granted)) if granted > 1 else None
+
+
+def budget_status(
+    budget: Budget, members: Mapping[str, MemberState], slots: Mapping[str, str | None]
+) -> BudgetStatus:
+    """The capacity, and what the members that hold part of it (granted, or with a pod or a
+    Deployment not yet at 0) use together."""
+    holding = [
+        name
+        for name, state in members.items()
+        if slots.get(name) == SLOT_GRANTED or state.pods > 0 or not state.deployment_drained
+    ]
+    return BudgetStatus(
+        capacity=budget.describe(budget.capacity), used=budget.describe(budget.used(holding))
+    )
 
 
 def _slot_condition(view: PoolView) -> tuple[str, str, str]:
@@ -300,6 +378,7 @@ def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
     generation = pool.metadata.generation
     members, owner, plan = view.members, view.owner.name, view.plan
     previous = status.resident_member if status.resident_member in members else None
+    slots = view.slots if view.slots is not None else {n: m.slot for n, m in members.items()}
     if plan.missing:
         # Nothing moves while the pool is Degraded: keep resident and pending as they were.
         resident = previous
@@ -315,12 +394,21 @@ def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
             phase = PHASE_SWAPPING
         else:
             phase = PHASE_READY
+    if view.budget is None:
+        residents = [resident] if resident is not None else []
+        status.budget = _exclusive_budget(slots)
+    else:
+        before = status.residents or ([previous] if previous is not None else [])
+        residents = before if plan.missing else shared_residents(before, owner, members, slots)
+        if resident not in residents:
+            resident = residents[-1] if residents else None
+        status.budget = budget_status(view.budget, members, slots)
     status.phase = phase
     status.resident_member = resident
     status.pending_member = pending
-    slots = view.slots if view.slots is not None else {n: m.slot for n, m in members.items()}
-    status.members = _members_phase(members, resident, slots, view.now)
-    status.waiting = [w for w in view.waiting if w.member != resident]
+    status.residents = residents
+    status.members = _members_phase(members, residents, slots, view.now)
+    status.waiting = [w for w in view.waiting if w.member not in residents]
     status.observed_generation = generation
 
     if plan.missing:

@@ -95,6 +95,7 @@ from controlplane.controllers.modelpool.plan import (
     decided_slots,
     deferral_from,
     deployment_drained,
+    kept_residents,
     plan_actions,
     pool_status,
     requeue_result,
@@ -115,6 +116,7 @@ from controlplane.runtime.informer import Informer
 from controlplane.runtime.manager import Manager
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, LEASES, PODS
 from controlplane.runtime.tracing import context_of_traceparent
+from controlplane.scheduling.budget import Budget, pool_budget
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("controlplane.controllers.modelpool")
@@ -244,7 +246,13 @@ class ModelPoolReconciler:
         lease = self.leases.store.get(f"{namespace}/{pool_lease_name(request.name)}")
         intent = self.observer.intent(lease)
         owner = choose_owner(names, pool.spec.default, pool.status.resident_member, intent)
-        plan = plan_actions(members, owner.name)
+        budget = pool_budget(obj.get("spec") or {})
+        residents = pool.status.residents or [
+            m for m in (pool.status.resident_member,) if m is not None
+        ]
+        evict = intent.evict if intent is not None and owner.intent is intent else ()
+        keep = kept_residents(members, residents, owner.name, evict, budget)
+        plan = plan_actions(members, owner.name, keep, budget)
 
         with tracer.start_as_current_span(
             "drain decision",
@@ -268,7 +276,9 @@ class ModelPoolReconciler:
                 decision.set_attribute("modelpool.deferred", deferral.reason)
                 metrics.DRAIN_DEFERRALS.labels(namespace, request.name, deferral.reason).inc()
         grant = plan.grant
-        withheld = grant is not None and not await self._pods_gone(namespace, names, grant)
+        withheld = grant is not None and not await self._room_confirmed(
+            namespace, names, grant, budget, [*plan.holding, *keep]
+        )
         if withheld:
             grant = None  # the caches are behind; looked at again (the pods' events come too)
         if grant is not None:
@@ -281,7 +291,7 @@ class ModelPoolReconciler:
 
         now = datetime.now(UTC)
         waiting = self.waiting(namespace, request.name, names, pool.status.resident_member)
-        view = PoolView(members, owner, plan, deferral, now, waiting, slots)
+        view = PoolView(members, owner, plan, deferral, now, waiting, slots, budget, keep)
         status = pool_status(pool, view)
         if status.phase == PHASE_READY:
             phase = self.phases.owner_ready(key, status.resident_member, time.time_ns())
@@ -338,9 +348,19 @@ class ModelPoolReconciler:
         reports = [SeenReport(wall_now - (mono_now - r.seen_at), r.demand) for r in live]
         return waiting_demand(reports, members, resident)
 
-    async def _pods_gone(self, namespace: str, members: Sequence[str], owner: str) -> bool:
-        """A live LIST (a consistent read) finds no pod of any member but ``owner``: the grant's
-        last check, since a pod's events may reach our cache after its Deployment's."""
+    async def _room_confirmed(
+        self,
+        namespace: str,
+        members: Sequence[str],
+        owner: str,
+        budget: Budget | None,
+        holding: Sequence[str],
+    ) -> bool:
+        """The grant's last check, on a live LIST (a consistent read) of the other members' pods,
+        since a pod's events may reach our cache after its Deployment's: of an exclusive pool, no
+        pod of any member but ``owner`` is left; of a pool with a budget, ``owner`` fits beside
+        every member that has a pod (Terminating ones included) or holds part of the slot as the
+        caches say (``holding``)."""
         others = sorted(m for m in members if m != owner)
         if not others:
             return True
@@ -350,6 +370,14 @@ class ModelPoolReconciler:
         except KubeError as err:
             log.info("%s/%s: pods not listed before the grant (%s); deciding later", namespace,
                      owner, err)  # fmt: skip
+            return False
+        if budget is not None:
+            with_pods = {(p["metadata"].get("labels") or {}).get(ISVC_LABEL) for p in found.items}
+            occupied = {str(m) for m in with_pods if m} | set(holding)
+            if budget.fits(owner, occupied):
+                return True
+            log.info("%s/%s: not granted yet: it does not fit beside %s", namespace, owner,
+                     ", ".join(sorted(occupied)))  # fmt: skip
             return False
         if found.items:
             names = ", ".join(sorted(p["metadata"]["name"] for p in found.items))
