@@ -1,4 +1,5 @@
-"""The pool invariant monitor: at every instant at most one member of a pool runs.
+"""The pool invariant monitor: at every instant at most one member of a pool runs (of a pool with
+``spec.capacity``: the members that run fit in it).
 
 The contract: docs/modelpool.md ("The grant").
 
@@ -23,13 +24,19 @@ the test, at teardown, with the record of every violation it saw:
   is freed). Two members of one pool alive in one sample is a violation. The thread sleeps at
   least nine times as long as a sample took, so it never uses more than a tenth of a core.
 
+**A pool with a budget** (``spec.capacity``, docs/modelpool.md "Several residents") is judged by
+the same sources: a pod's arrival, or a sample, is a violation when the footprints of the members
+with a pod not yet gone (or a live process) exceed the capacity
+(:func:`~controlplane.scheduling.budget.pool_budget`, the product's own reading of the spec).
+
 The two sources are merged into one timeline for the record, but each is judged on its own: a
 pod's ``DELETED`` reaches this watch some milliseconds after the stand-in saw it, so comparing a
 process sample with the watch's view would report overlaps that never happened.
 
 **Settled** (checked at teardown, with a deadline for a swap still in flight): for each pool at most
-one member has pods or processes, and that one is the pool's ``status.residentMember`` or the
-target of its currently held Lease. Held means a holder and not expired on this machine's clock
+one member (of a pool with a budget: what fits) has pods or processes, and each is the pool's
+``status.residentMember``, one of its ``status.residents`` or the target of its currently held
+Lease. Held means a holder and not expired on this machine's clock
 (the local control plane shares it; this is a test's judgement, not the product's). Leases still
 held are reported; :meth:`PoolInvariantMonitor.settle` with ``leases_released=True`` (the storm)
 makes them violations.
@@ -44,7 +51,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -60,6 +67,7 @@ from controlplane.runtime.client import KubeClient
 from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.informer import DeletedFinalStateUnknown, Informer
 from controlplane.runtime.resources import LEASES, PODS
+from controlplane.scheduling.budget import Budget, pool_budget
 from controlplane.standin.process import MEMBER_ENV, POD_ENV
 
 #: How often ``/proc`` is sampled (the brief: every 10 to 20 ms).
@@ -266,6 +274,7 @@ class PoolInvariantMonitor:
         self._members: Mapping[str, tuple[str, ...]] = {}  # pool -> members
         self._pools_of: Mapping[str, tuple[str, ...]] = {}  # member -> pools
         self._status: Mapping[str, Object] = {}  # pool -> status
+        self._budgets: Mapping[str, Budget] = {}  # pool -> its budget, when it has one
         self._leases: Mapping[str, _Lease] = {}  # lease name -> lease
         self._occupying: Mapping[str, frozenset[str]] = {}  # member -> pod names
         self._live: Mapping[int, _Proc] = {}  # pid -> simulator process, latest sample
@@ -420,6 +429,8 @@ class PoolInvariantMonitor:
         name = obj["metadata"]["name"]
         members = dict(self._members)
         status = dict(self._status)
+        budgets = dict(self._budgets)
+        budgets.pop(name, None)
         if new is None:
             members.pop(name, None)
             status.pop(name, None)
@@ -429,6 +440,10 @@ class PoolInvariantMonitor:
                 str((m.get("inferenceServiceRef") or {}).get("name", "")) for m in refs
             )
             status[name] = dict(new.get("status") or {})
+            budget = pool_budget(new.get("spec") or {})
+            if budget is not None:
+                budgets[name] = budget
+        self._budgets = budgets
         pools_of: dict[str, list[str]] = {}
         for pool, names in members.items():
             for member in names:
@@ -500,6 +515,14 @@ class PoolInvariantMonitor:
             seen.terminating = True
             self._note("pod", "terminating", f"{member}/{name}", f"rv {version}")
 
+    def over(self, pool: str, running: Collection[str]) -> bool:
+        """``running`` (members of ``pool`` with a pod or a process) breaks the invariant: more
+        than one in an exclusive pool, more than the capacity in a pool with a budget."""
+        budget = self._budgets.get(pool)
+        if budget is None:
+            return len(set(running)) > 1
+        return budget.used(running) > budget.capacity
+
     def _judge_pod_arrival(self, member: str, name: str, version: str) -> None:
         for pool in self._pools_of.get(member, ()):
             others = {
@@ -512,7 +535,7 @@ class PoolInvariantMonitor:
                 if other != member
             }
             others = {m: pods for m, pods in others.items() if pods}
-            if others:
+            if others and self.over(pool, {member, *others}):
                 self._violate(
                     "overlap",
                     "pod",
@@ -588,7 +611,7 @@ class PoolInvariantMonitor:
         overlapping: set[tuple[str, frozenset[str]]] = set()
         for pool, members in self._members.items():
             running = frozenset(m for m in members if m in by_member)
-            if len(running) < 2:
+            if not self.over(pool, running):
                 continue
             key = (pool, running)
             overlapping.add(key)
@@ -624,11 +647,11 @@ class PoolInvariantMonitor:
             status = self._status.get(pool) or {}
             resident = str(status.get("residentMember") or "")
             lease = self._leases.get(pool_lease_name(pool))
-            allowed = {resident} - {""}
+            allowed = ({resident} | {str(m) for m in status.get("residents") or ()}) - {""}
             if lease is not None and lease.held(now) and lease.target:
                 allowed.add(lease.target)
             seen = "; ".join(f"{m}: {', '.join(what)}" for m, what in sorted(running.items()))
-            if len(running) > 1:
+            if self.over(pool, running):
                 problems.append(("overlap", pool, tuple(sorted(running)), seen))
             elif running and not set(running) <= allowed:
                 problems.append(

@@ -373,7 +373,7 @@ class ModelPool(CustomObject):
     SHORT_NAMES: ClassVar[tuple[str, ...]] = ("mpool",)
     PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = (
         PrinterColumn("Policy", ".spec.swapPolicy", description="Swap policy"),
-        PrinterColumn("Resident", ".status.residents[*]", description="Members holding the slot"),
+        PrinterColumn("Resident", ".status.residents", description="Members holding the slot"),
         PrinterColumn("Pending", ".status.pendingMember", description="Member being swapped in"),
         PrinterColumn(
             "Waiting", ".status.waiting[*].member", description="Members with held requests"

@@ -17,7 +17,8 @@ from controlplane.runtime.metrics import REGISTRY
 
 POOL_RESIDENT = Gauge(
     "modelpool_pool_resident_member",
-    "1 for the member that holds the pool's slot (status.residentMember); absent when cold.",
+    "1 for each member that holds the pool's slot (status.residents: one, or up to the "
+    "capacity of a pool with spec.capacity); absent when cold.",
     ("namespace", "pool", "member"),
     registry=REGISTRY,
 )

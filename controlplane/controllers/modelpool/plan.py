@@ -430,6 +430,16 @@ def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
     return status
 
 
+def newly_resident(before: ModelPoolStatus, after: ModelPoolStatus) -> str | None:
+    """The member a status change made resident (a swap completed), or None. A pool with a
+    budget may also move ``residentMember`` back to a member that was resident all along (the
+    latest one left): that completes nothing."""
+    resident = after.resident_member
+    if resident is None or resident == before.resident_member or resident in before.residents:
+        return None
+    return resident
+
+
 def status_changed(current: ModelPoolStatus, wanted: ModelPoolStatus) -> bool:
     return bool(current.to_dict() != wanted.to_dict())
 
@@ -572,12 +582,14 @@ def transitions(
         and after.pending_member != before.pending_member
         and after.pending_member != after.resident_member
     ):
-        message = (
-            f"swap started: {after.resident_member or 'nothing'} -> "
-            f"{after.pending_member} ({owner_why(owner)})"
-        )
+        if after.budget is None:
+            origin = after.resident_member or "nothing"
+        else:
+            leaving = owner.intent.evict if owner.intent is not None else ()
+            origin = ", ".join(leaving) or f"room beside {', '.join(after.residents) or 'nothing'}"
+        message = f"swap started: {origin} -> {after.pending_member} ({owner_why(owner)})"
         out.append(Transition(False, "SwapStarted", "Swap", message))
-    if after.resident_member is not None and after.resident_member != before.resident_member:
+    if newly_resident(before, after) is not None:
         took = _seconds_since(slot_allocated_since(before), now)
         spent = f" in {took:.0f} s" if took is not None else ""
         message = (

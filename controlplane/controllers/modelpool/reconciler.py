@@ -96,6 +96,7 @@ from controlplane.controllers.modelpool.plan import (
     deferral_from,
     deployment_drained,
     kept_residents,
+    newly_resident,
     plan_actions,
     pool_status,
     requeue_result,
@@ -161,7 +162,7 @@ class ModelPoolReconciler:
         #: The waiting phases of swaps under way, to record as spans when they end.
         self.phases = SwapPhases()
         #: Per pool, the resident last exported (its gauge is removed when it changes).
-        self._exported_resident: dict[str, str] = {}
+        self._exported_resident: dict[str, frozenset[str]] = {}
 
     # -- reading the caches ----------------------------------------------------------------------
 
@@ -320,8 +321,8 @@ class ModelPoolReconciler:
                 span.set_attribute("modelpool.outcome", "written")
             self._decided(key, owner.name, released, grant)
             self._record_transitions(obj, previous, status, owner, now)
-            resident = status.resident_member
-            if resident and resident != previous.resident_member:
+            resident = newly_resident(previous, status)
+            if resident is not None:
                 metrics.SWAPS_COMPLETED.labels(namespace, request.name, resident).inc()
         if deferral is not None:
             log.info("%s: %s: %s", key, deferral.reason, deferral.message)
@@ -439,14 +440,13 @@ class ModelPoolReconciler:
     ) -> None:
         """The pool's gauges from the status just decided (written or unchanged)."""
         key = f"{namespace}/{pool}"
-        resident = status.resident_member or ""
-        previous = self._exported_resident.get(key)
-        if previous is not None and previous != resident:
+        residents = frozenset(status.residents)
+        for gone in self._exported_resident.get(key, frozenset()) - residents:
             with contextlib.suppress(KeyError):
-                metrics.POOL_RESIDENT.remove(namespace, pool, previous)
-        if resident:
+                metrics.POOL_RESIDENT.remove(namespace, pool, gone)
+        for resident in residents:
             metrics.POOL_RESIDENT.labels(namespace, pool, resident).set(1)
-        self._exported_resident[key] = resident
+        self._exported_resident[key] = residents
         for phase in PHASES:
             metrics.POOL_PHASE.labels(namespace, pool, phase).set(int(status.phase == phase))
         since = 0.0
@@ -459,14 +459,13 @@ class ModelPoolReconciler:
 
     def _forget_metrics(self, namespace: str, pool: str) -> None:
         """A deleted pool's series go with it."""
-        resident = self._exported_resident.pop(f"{namespace}/{pool}", "")
+        residents = self._exported_resident.pop(f"{namespace}/{pool}", frozenset())
         removals: list[tuple[Any, tuple[str, ...]]] = [
             (metrics.SWAPPING_SINCE, (namespace, pool)),
             (metrics.SWAP_BUDGET, (namespace, pool)),
             *((metrics.POOL_PHASE, (namespace, pool, phase)) for phase in PHASES),
         ]
-        if resident:
-            removals.append((metrics.POOL_RESIDENT, (namespace, pool, resident)))
+        removals += [(metrics.POOL_RESIDENT, (namespace, pool, m)) for m in sorted(residents)]
         for family, labels in removals:
             with contextlib.suppress(KeyError):
                 family.remove(*labels)

@@ -1,0 +1,166 @@
+"""Several residents within a budget, end to end (docs/modelpool.md, "Several residents").
+
+The operator (pool controller) runs under its ServiceAccount, the node stand-in plays the members
+as simulators, and two ``controlplane router-proxy`` processes share the pool's demand. The pool
+``gpu-0`` has 24Gi and three members: ``a`` (10Gi), ``b`` (12Gi) and ``c`` (14Gi). ``a`` and ``b``
+fit together, as do ``a`` and ``c``; ``b`` and ``c`` do not.
+
+Every test runs under the pool invariant monitor, which here checks the budget: the footprints of
+the members with a pod not yet gone, or a live server process, never exceed 24Gi at any instant.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+
+from controlplane.runtime.client import KubeClient
+from controlplane.runtime.resources import PODS
+from controlplane.scheduling.policy import Settings, wait_bound
+from tests.e2e.bodies import pool_body, router_body
+from tests.e2e.clusters import TestCluster
+from tests.e2e.kubectl import kubectl
+from tests.e2e.operator_process import LocalProcess, OperatorProcess, start_node
+from tests.e2e.proxies import isvc_body, start_proxies
+from tests.e2e.test_scheduling import (
+    ISVC,
+    POOL,
+    ROUTER,
+    SWAP_ALLOWANCE,
+    TIMEOUT,
+    Tenant,
+    ask,
+    assert_all_answered,
+)
+from tests.e2e.waiting import eventually
+
+FOOTPRINTS = {"a": "10Gi", "b": "12Gi", "c": "14Gi"}
+SCHEDULING = {"maxWait": "15s", "minResidency": "3s"}
+SETTINGS = Settings(max_wait=15, min_residency=3)
+
+
+async def setup_budget_pool(admin: KubeClient, namespace: str) -> None:
+    """a, b, c (a resident, warmed as the default), pool ``gpu-0`` of 24Gi, router ``router``."""
+    for index, member in enumerate(FOOTPRINTS):
+        await admin.create(ISVC, isvc_body(member, 1 if index == 0 else 0), namespace)
+    body = pool_body("gpu-0", list(FOOTPRINTS), "a", "120s", scheduling=SCHEDULING)
+    body["spec"]["capacity"] = {"gpuMemory": "24Gi"}
+    for entry in body["spec"]["members"]:
+        entry["gpuMemory"] = FOOTPRINTS[entry["inferenceServiceRef"]["name"]]
+    await admin.create(POOL, body, namespace)
+    await admin.create(ROUTER, router_body("router", "gpu-0"), namespace)
+    await eventually(
+        lambda: residents_are(admin, namespace, ["a"]), timeout=TIMEOUT, what="a resident"
+    )
+
+
+async def pool_status(admin: KubeClient, namespace: str) -> dict[str, Any]:
+    return dict((await admin.get(POOL, "gpu-0", namespace)).get("status") or {})
+
+
+async def residents_are(admin: KubeClient, namespace: str, wanted: list[str]) -> bool:
+    status = await pool_status(admin, namespace)
+    return status.get("residents") == wanted and status.get("phase") == "Ready"
+
+
+async def pod_names(admin: KubeClient, namespace: str, member: str) -> list[str]:
+    found = await admin.list(
+        PODS, namespace, label_selector=f"inference.modelpool.dev/inferenceservice={member}"
+    )
+    return sorted(p["metadata"]["name"] for p in found.items)
+
+
+async def test_a_member_that_fits_comes_up_beside_the_busy_resident_and_one_that_needs_room_evicts_only_what_it_must(  # noqa: E501
+    cluster: TestCluster,
+    admin: KubeClient,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+) -> None:
+    """A tenant loops requests for a, back to back, through the whole test: a is never drained.
+    b is asked for and fits beside a (22Gi): it comes up with no drain and no wait for a. c is
+    asked for next: it fits beside a but not beside b, so b (idle) leaves and a stays. The
+    tenant's requests are never held: none waits longer than a request takes plus a margin."""
+    start_node(
+        cluster, tmp_path, started, namespace=namespace, load_seconds=1.0, token_seconds=0.02
+    )
+    await setup_budget_pool(admin, namespace)
+    a_pods = await pod_names(admin, namespace, "a")
+    proxies = await start_proxies(cluster, admin, namespace, tmp_path, started, 2)
+    bound = wait_bound(SETTINGS, members=3, drain=2.0, swap=SWAP_ALLOWANCE)
+    tenant = Tenant(proxies[0], "model-a")
+    async with httpx.AsyncClient(timeout=bound + 30) as http, anyio.create_task_group() as group:
+        group.start_soon(tenant.run, http)
+        await anyio.sleep(1.0)
+        b = await ask(http, proxies[1], "model-b")
+        assert (b.status, b.answered_by) == (200, "model-b"), b
+        await eventually(
+            lambda: residents_are(admin, namespace, ["a", "b"]),
+            timeout=10,
+            what="a and b resident together",
+        )
+        _, wide, _ = await kubectl(cluster, "get", "mpool", "gpu-0", "-n", namespace, "-o", "wide")
+        c = await ask(http, proxies[1], "model-c")
+        assert (c.status, c.answered_by) == (200, "model-c"), c
+        await eventually(
+            lambda: residents_are(admin, namespace, ["a", "c"]),
+            timeout=10,
+            what="a and c resident, b gone",
+        )
+        await anyio.sleep(1.0)
+        tenant.stop = True
+    assert c.waited <= bound, f"c waited {c.waited:.1f} s; its bound is {bound:.1f} s"
+    assert_all_answered([tenant], bound)
+    slowest = max(answer.waited for answer in tenant.answers)
+    assert slowest < 2.0, f"a request for a waited {slowest:.1f} s: a was drained or held"
+    assert await pod_names(admin, namespace, "a") == a_pods, "a's pod was replaced"
+    assert await pod_names(admin, namespace, "b") == [], "b still has a pod"
+    status = await pool_status(admin, namespace)
+    assert status["budget"] == {"capacity": "24Gi", "used": "24Gi"}
+    header, row = wide.splitlines()[:2]
+    assert header.split()[:3] == ["NAME", "POLICY", "RESIDENT"]
+    assert row.split()[2] == '["a","b"]', wide
+    assert "22Gi" in row.split(), wide
+    assert "24Gi" in row.split(), wide
+
+
+async def test_mixed_load_on_three_members_keeps_the_budget_and_every_bound(
+    cluster: TestCluster,
+    admin: KubeClient,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+) -> None:
+    """Three teams, one per member, ask with short pauses through two proxies for 30 s: b and c
+    cannot be resident together, so they take turns while a (which fits beside either) stays.
+    Every request is answered, each within the bound, and the monitor sees the budget kept."""
+    start_node(
+        cluster, tmp_path, started, namespace=namespace, load_seconds=1.0, token_seconds=0.02
+    )
+    await setup_budget_pool(admin, namespace)
+    proxies = await start_proxies(cluster, admin, namespace, tmp_path, started, 2)
+    bound = wait_bound(SETTINGS, members=3, drain=2.0, swap=SWAP_ALLOWANCE)
+    tenants = [
+        Tenant(proxies[0], "model-a", (0.1, 0.5)),
+        Tenant(proxies[1], "model-b", (0.2, 1.0)),
+        Tenant(proxies[0], "model-c", (0.2, 1.0)),
+    ]
+    duration = 30.0
+    async with httpx.AsyncClient(timeout=bound + 30) as http, anyio.create_task_group() as group:
+        for tenant in tenants:
+            group.start_soon(tenant.run, http)
+        await anyio.sleep(duration)
+        for tenant in tenants:
+            tenant.stop = True
+    assert_all_answered(tenants, bound + 5)  # the last request may start just before the stop
+    served = {t.model: len(t.answers) for t in tenants}
+    assert min(served.values()) >= 3, f"a team was starved: {served}"
+    a_slowest = max(answer.waited for answer in tenants[0].answers)
+    assert a_slowest < 2.0, f"a request for a waited {a_slowest:.1f} s: a fits beside either"
+    status = await pool_status(admin, namespace)
+    assert "a" in (status.get("residents") or []), status
