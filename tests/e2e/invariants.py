@@ -153,6 +153,18 @@ class ResidencyChange:
 
 
 @dataclass(frozen=True)
+class ResidentJoin:
+    """A member joined ``status.residents`` of a pool, as the watch delivered it (in order);
+    ``beside``: the residents it joined (empty: the pool was cold)."""
+
+    pool: str
+    member: str
+    beside: tuple[str, ...]
+    resource_version: str
+    at: float
+
+
+@dataclass(frozen=True)
 class _Lease:
     holder: str
     target: str
@@ -270,6 +282,7 @@ class PoolInvariantMonitor:
         self.violations: list[Violation] = []
         self.timeline: list[TimelineEntry] = []
         self.residency: list[ResidencyChange] = []
+        self.joins: list[ResidentJoin] = []
         #: Snapshots, replaced whole (never mutated) so other threads can read them.
         self._members: Mapping[str, tuple[str, ...]] = {}  # pool -> members
         self._pools_of: Mapping[str, tuple[str, ...]] = {}  # member -> pools
@@ -451,6 +464,8 @@ class PoolInvariantMonitor:
         self._members = members
         self._pools_of = {m: tuple(p) for m, p in pools_of.items()}
         self._status = status
+        if new is not None:
+            self._note_joins(name, old, new)
         before = ((old or {}).get("status") or {}).get("residentMember") or ""
         after = ((new or {}).get("status") or {}).get("residentMember") or ""
         if new is not None and before != after:
@@ -464,6 +479,25 @@ class PoolInvariantMonitor:
             )
         if type_ == "ADDED":
             self._note("pool", "listed", name, f"members {members[name]}")
+
+    def _note_joins(self, pool: str, old: Object | None, new: Object) -> None:
+        before = [str(m) for m in ((old or {}).get("status") or {}).get("residents") or ()]
+        after = [str(m) for m in (new.get("status") or {}).get("residents") or ()]
+        version = str(new["metadata"].get("resourceVersion", ""))
+        for member in after:
+            if member not in before:
+                with self._lock:
+                    self.joins.append(
+                        ResidentJoin(pool, member, tuple(before), version, self._elapsed())
+                    )
+
+    def has_budget(self, pool: str) -> bool:
+        """``pool`` has a ``spec.capacity``: several residents."""
+        return pool in self._budgets
+
+    def resident_joins(self, pool: str | None = None) -> list[ResidentJoin]:
+        with self._lock:
+            return [j for j in self.joins if pool is None or j.pool == pool]
 
     def _lease_event(self, type_: str, obj: Object | None) -> None:
         if obj is None:
@@ -718,6 +752,7 @@ __all__ = [
     "PoolInvariantMonitor",
     "PoolInvariantViolated",
     "ResidencyChange",
+    "ResidentJoin",
     "TimelineEntry",
     "Violation",
     "last_test_failed",

@@ -17,8 +17,9 @@ from typing import Any
 import anyio
 import httpx
 
+from controlplane.api.v1alpha1.activation import claimed, new_pool_lease
 from controlplane.runtime.client import KubeClient
-from controlplane.runtime.resources import PODS
+from controlplane.runtime.resources import LEASES, PODS
 from controlplane.scheduling.policy import Settings, wait_bound
 from tests.e2e.bodies import pool_body, router_body
 from tests.e2e.clusters import TestCluster
@@ -164,3 +165,37 @@ async def test_mixed_load_on_three_members_keeps_the_budget_and_every_bound(
     assert a_slowest < 2.0, f"a request for a waited {a_slowest:.1f} s: a fits beside either"
     status = await pool_status(admin, namespace)
     assert "a" in (status.get("residents") or []), status
+
+
+async def test_an_intent_that_makes_no_room_is_never_granted_over_the_budget(
+    cluster: TestCluster,
+    admin: KubeClient,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+) -> None:
+    """The budget is the pool controller's to keep, whatever a driver asks: an intent for c that
+    names nobody to leave, while a and b are resident (22Gi of 24Gi), is not granted; once it
+    names b, b is drained and c comes up beside a."""
+    start_node(cluster, tmp_path, started, namespace=namespace, load_seconds=0.5)
+    await setup_budget_pool(admin, namespace)
+    lease = await admin.create(
+        LEASES, new_pool_lease(namespace, "gpu-0", "test", "b", 60), namespace
+    )
+    await eventually(
+        lambda: residents_are(admin, namespace, ["a", "b"]), timeout=TIMEOUT, what="b beside a"
+    )
+    lease = await admin.update(LEASES, claimed(lease, "test", "c", 60))
+    await anyio.sleep(5.0)
+    status = await pool_status(admin, namespace)
+    slots = {m["name"]: m.get("slot") for m in status["members"]}
+    assert slots["c"] != "Granted", status
+    assert await pod_names(admin, namespace, "c") == []
+    assert status["pendingMember"] == "c"
+    assert status["residents"] == ["a", "b"]
+    await admin.update(LEASES, claimed(lease, "test", "c", 60, evict=["b"]))
+    await eventually(
+        lambda: residents_are(admin, namespace, ["a", "c"]), timeout=TIMEOUT, what="c beside a"
+    )
+    assert await pod_names(admin, namespace, "b") == []

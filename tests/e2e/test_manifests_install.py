@@ -66,7 +66,7 @@ async def test_kubectl_get_tells_the_story(
     await install(cluster)
     await kubectl(cluster, "apply", "-n", namespace, "-f", str(MANIFESTS / "samples"))
     status = {"status": {"phase": "Swapping", "residentMember": "llama-3-8b",
-                         "pendingMember": "qwen-2-7b",
+                         "residents": ["llama-3-8b"], "pendingMember": "qwen-2-7b",
                          "waiting": [{"member": "qwen-2-7b", "requests": 3,
                                       "since": "2026-12-01T10:00:00Z"}]}}  # fmt: skip
     await admin.patch(ModelPool.resource(), "gpu-0", status, namespace, subresource="status")
@@ -75,7 +75,7 @@ async def test_kubectl_get_tells_the_story(
     header, row = out.strip().splitlines()
     assert header.split() == ["NAME", "POLICY", "RESIDENT", "PENDING", "WAITING", "PHASE", "AGE"]
     assert row.split()[:6] == [
-        "gpu-0", "sticky", "llama-3-8b", "qwen-2-7b", "qwen-2-7b", "Swapping"
+        "gpu-0", "sticky", '["llama-3-8b"]', "qwen-2-7b", "qwen-2-7b", "Swapping"
     ]  # fmt: skip
     _, out, _ = await kubectl(cluster, "get", "mpool", "-n", namespace, "-o", "wide")
     header, row = out.strip().splitlines()

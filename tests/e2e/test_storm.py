@@ -8,7 +8,9 @@ activation Role the operator wrote), each with a Lease of :data:`LEASE_SECONDS`
 
 * two pools of three members (``pool-x``: x1 x2 x3, ``pool-y``: y1 y2 y3), every member its own
   model; y3 loads in :data:`SLOW_LOAD_SECONDS`, longer than three Lease durations, so its swap
-  lives only if the holder renews;
+  lives only if the holder renews; a fourth run (``2-proxies-budget-2``) gives pool-x a budget of
+  two members (``spec.capacity.members: 2``, docs/modelpool.md "Several residents"): x1 and x2
+  may be resident together, and x3 evicts one of them;
 * :data:`CLIENTS` concurrent clients send at least :data:`REQUESTS` requests in streaks of one
   model (so swaps happen and requests coalesce), mixing plain and streamed completions, clients
   that close mid-stream or mid-hold, and bad requests (no ``messages``, an unknown model, a body
@@ -36,8 +38,9 @@ Assertions, all on what was observed (no timing is asserted):
    deliberately bad request asked for, or a 502 ``pool_activation_failed`` for a request that
    overlapped an injected failure of its pool. A request with no HTTP answer was either cut by
    its own client on purpose or sent to a replica the test killed.
-3. The invariant monitor (:mod:`tests.e2e.invariants`) never saw two members of a pool run
-   together, by pods (watch order) or by processes (``/proc``).
+3. The invariant monitor (:mod:`tests.e2e.invariants`) never saw two members of a pool (three
+   of pool-x with its budget of two) run together, by pods (watch order) or by processes
+   (``/proc``).
 4. **Swaps are counted exactly once.** The residency changes are the pool's
    ``status.residentMember`` moves, in watch order (a move from no resident, the default warming
    a cold pool, is the controller's doing, not a swap). ``modelpool_swaps_total{pool,from,to}``
@@ -51,9 +54,10 @@ Assertions, all on what was observed (no timing is asserted):
    ``(pool, from, to)`` the replicas count at most the changes seen, and the only change
    allowed to go uncounted is one change to the killed holder's target in each pool whose Lease
    it held when it was killed (a replica may drive both pools' swaps at once). Never twice.
-5. At the end the pools settle: no pool Lease held, and at most one member per pool running,
-   the pool's resident (the monitor's settle check, with held Leases as violations). y3 was
-   resident at least once: a load longer than three Lease durations did not lose its swap.
+5. At the end the pools settle: no pool Lease held, and at most one member per pool running
+   (at most two of pool-x with its budget), the pool's residents (the monitor's settle check,
+   with held Leases as violations). y3 was resident at least once: a load longer than three
+   Lease durations did not lose its swap.
 
 6. **Every held request gets its turn within its bound while the pool is healthy** (local storm):
    a busy tenant's request that neither overlaps an injected failure nor starts within one bound
@@ -355,12 +359,19 @@ def isvc_body(member: str) -> Object:
     }
 
 
-async def create_pools_and_router(admin: KubeClient, namespace: str) -> None:
+async def create_pools_and_router(
+    admin: KubeClient, namespace: str, capacity: int | None = None
+) -> None:
+    """The storm's members, pools and router, warm; with ``capacity``, the busy tenants' pool
+    (:data:`TENANT_POOL`) keeps that many members resident (``spec.capacity.members``)."""
     for members in POOLS.values():
         for member in members:
             await admin.create(ISVC, isvc_body(member), namespace)
     for pool, members in POOLS.items():
-        await admin.create(POOL, pool_body(pool, members, members[0], SWAP_BUDGET), namespace)
+        body = pool_body(pool, members, members[0], SWAP_BUDGET)
+        if capacity is not None and pool == TENANT_POOL:
+            body["spec"]["capacity"] = {"members": capacity}
+        await admin.create(POOL, body, namespace)
     router = {
         "apiVersion": "inference.modelpool.dev/v1alpha1",
         "kind": "ModelRouter",
@@ -865,10 +876,26 @@ def quantile(values: list[float], fraction: float) -> float:
 def swap_accounting(
     monitor: PoolInvariantMonitor, counted: Counter[tuple[str, str, str]], storm: Storm
 ) -> tuple[Counter[tuple[str, str, str]], list[str]]:
-    """The residency changes per (pool, from, to), and what is wrong with the counts."""
+    """The residency changes per (pool, from, to), and what is wrong with the counts.
+
+    A pool with a budget swaps by a member joining its residents (beside some, in place of
+    others): its changes are those joins (a join into a cold pool is the default warming, as the
+    move from no resident is), and a count is compared by (pool, to) alone, its ``from`` being
+    the residents the driver evicted (``*`` in both)."""
     changes: Counter[tuple[str, str, str]] = Counter(
-        (c.pool, c.old, c.new) for c in monitor.residency_changes() if c.old and c.new
+        (c.pool, c.old, c.new)
+        for c in monitor.residency_changes()
+        if c.old and c.new and not monitor.has_budget(c.pool)
     )
+    changes += Counter(
+        (j.pool, "*", j.member)
+        for j in monitor.resident_joins()
+        if j.beside and monitor.has_budget(j.pool)
+    )
+    by_target: Counter[tuple[str, str, str]] = Counter()
+    for (pool, origin, to), count in counted.items():
+        by_target[(pool, "*", to) if monitor.has_budget(pool) else (pool, origin, to)] += count
+    counted = by_target
     problems = [
         f"{c.pool}: the resident {c.old} was lost (rv {c.resource_version}), nobody replaced it"
         for c in monitor.residency_changes()
@@ -937,7 +964,15 @@ async def apiserver_resumed(cluster: TestCluster) -> AsyncIterator[None]:
             cluster.local.processes["kube-apiserver"].signal(signal.SIGCONT)
 
 
-@pytest.mark.parametrize("replicas", [1, 2, 3], ids=lambda n: f"{n}-proxies")
+@pytest.mark.parametrize(
+    ("replicas", "capacity"),
+    [
+        pytest.param(1, None, id="1-proxies"),
+        pytest.param(2, None, id="2-proxies"),
+        pytest.param(3, None, id="3-proxies"),
+        pytest.param(2, 2, id="2-proxies-budget-2"),
+    ],
+)
 async def test_swap_storm(
     cluster: TestCluster,
     admin: KubeClient,
@@ -945,6 +980,7 @@ async def test_swap_storm(
     tmp_path: Path,
     started: list[LocalProcess],
     replicas: int,
+    capacity: int | None,
 ) -> None:
     if cluster.local is None:
         pytest.skip("the storm freezes kube-apiserver: it needs the control plane started here")
@@ -963,7 +999,7 @@ async def test_swap_storm(
     )
     monitor = node.monitor
     assert monitor is not None
-    await create_pools_and_router(admin, namespace)
+    await create_pools_and_router(admin, namespace, capacity)
     token = await service_account_token(admin, namespace, proxy_name(ROUTER_NAME))
     kubeconfig = kubeconfig_for_token(
         cluster.admin_kubeconfig, token, tmp_path / "proxy.kubeconfig"
@@ -972,7 +1008,8 @@ async def test_swap_storm(
     for _ in range(replicas):
         await fleet.add()
     storm.started_at = time.monotonic()
-    storm.note(f"{replicas} replica(s) ready; {CLIENTS} clients start (seed {seed})")
+    budget = f", {TENANT_POOL} keeps {capacity} residents" if capacity else ""
+    storm.note(f"{replicas} replica(s) ready{budget}; {CLIENTS} clients start (seed {seed})")
 
     async with apiserver_resumed(cluster), anyio.create_task_group() as group:
         group.start_soon(

@@ -73,10 +73,15 @@ def member(name: str, replicas: int = 1) -> Object:
 
 
 def reconciler(
-    api: FakeApi, events: Events, pool: str, *members: Object, slots: dict[str, str] | None = None
+    api: FakeApi,
+    events: Events,
+    pool: str,
+    *members: Object,
+    slots: dict[str, str] | None = None,
+    capacity: dict[str, Any] | None = None,
 ) -> ModelPoolReconciler:
     """A reconciler over caches holding ``pool`` (members a and b, default a, its decision
-    ``slots``) and ``members``."""
+    ``slots``, its ``capacity`` if any) and ``members``."""
     client = cast(Any, api)  # the informers are never run: only their stores are read
 
     def informer(resource: Resource, *objects: Object) -> Informer:
@@ -85,7 +90,7 @@ def reconciler(
             found.store.upsert(copy.deepcopy(obj))
         return found
 
-    pool_obj = {"apiVersion": "inference.modelpool.dev/v1alpha1", "kind": "ModelPool",
+    pool_obj: Object = {"apiVersion": "inference.modelpool.dev/v1alpha1", "kind": "ModelPool",
                 "metadata": {"name": pool, "namespace": NS, "generation": 1,
                              "resourceVersion": "5"},
                 "spec": {"members": [{"inferenceServiceRef": {"name": "a"}},
@@ -93,6 +98,8 @@ def reconciler(
                          "default": "a"},
                 "status": {"members": [{"name": n, "slot": v}
                                        for n, v in (slots or {}).items()]}}  # fmt: skip
+    if capacity is not None:
+        pool_obj["spec"]["capacity"] = capacity
     return ModelPoolReconciler(
         cast(KubeClient, api),
         cast(EventRecorder, events),
@@ -220,6 +227,34 @@ async def test_a_pod_the_cache_has_not_seen_holds_the_grant_back() -> None:
     cache_written(owner_up, api, "7")
     await owner_up.reconcile(Request(NS, pool))
     assert slots_written(api)["a"] == "Granted"
+
+
+@pytest.mark.anyio
+async def test_a_terminating_pod_the_cache_has_not_seen_holds_its_share_of_a_budget() -> None:
+    """A pool with a budget of one member: b acknowledged its release and the cache shows no pod,
+    but the live LIST finds b's pod Terminating (its process may not have exited): a does not
+    fit beside it until it is gone."""
+    api, events = FakeApi(), Events()
+    pool = "budget-terminating"
+    owner_up = reconciler(
+        api, events, pool, member("a"), member("b"), slots={"b": "Released"},
+        capacity={"members": 1},
+    )  # fmt: skip
+    await owner_up.reconcile(Request(NS, pool))
+    acknowledge(owner_up, api, pool, "b", None)
+    cache_written(owner_up, api, "6")
+    labels = {"inference.modelpool.dev/inferenceservice": "b"}
+    marked = {"name": "b-0", "namespace": NS, "deletionTimestamp": "2026-01-01T00:00:00Z"}
+    api.pods = [{"metadata": {**marked, "labels": labels}}]
+
+    await owner_up.reconcile(Request(NS, pool))
+
+    assert slots_written(api)["a"] is None, "granted beside a pod not yet gone"
+    api.pods = []
+    cache_written(owner_up, api, "7")
+    await owner_up.reconcile(Request(NS, pool))
+    assert slots_written(api)["a"] == "Granted"
+    assert api.status_writes[-1]["status"]["budget"] == {"capacity": "1", "used": "1"}
 
 
 @pytest.mark.anyio

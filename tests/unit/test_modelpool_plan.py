@@ -453,7 +453,9 @@ def test_a_lowered_capacity_lets_the_oldest_grant_leave_first() -> None:
     newer = replace(up("b"), since="2026-01-01T00:00:02.000000Z")
     snapshot = members(older, newer, stopped("c"))
     assert kept_residents(snapshot, ["a", "b"], "b", (), Budget(1, TWO.footprints)) == ()
-    assert kept_residents(snapshot, ["a", "b"], "c", (), TWO) == ("b",)
+    assert kept_residents(snapshot, ["a", "b"], None, (), Budget(1, TWO.footprints)) == ("b",)
+    # an owner not granted yet takes no room: it waits for an eviction the intent names
+    assert kept_residents(snapshot, ["a", "b"], "c", (), TWO) == ("a", "b")
 
 
 def test_a_budget_pool_names_every_resident_and_what_they_use() -> None:

@@ -231,8 +231,9 @@ def kept_residents(
 ) -> tuple[str, ...]:
     """Of a pool with a budget: the residents that stay beside ``owner``. Every resident still
     granted stays, except those the intent asks to leave (``evict``); a member granted but never
-    resident (a swap abandoned before it was up) is not kept, so it is drained. Should they not
-    fit beside the owner (the capacity was lowered), those granted longest ago leave first."""
+    resident (a swap abandoned before it was up) is not kept, so it is drained. Should the granted
+    ones (the owner among them once granted) not fit together (the capacity was lowered), those
+    granted longest ago leave first; an owner not granted yet waits for room, taking none."""
     if budget is None:
         return ()
     kept = [
@@ -244,7 +245,8 @@ def kept_residents(
         and name not in evict
     ]
     kept.sort(key=lambda name: members[name].since or "", reverse=True)
-    while kept and budget.used([*kept, *([owner] if owner else [])]) > budget.capacity:
+    granted_owner = [owner] if owner is not None and members[owner].slot == SLOT_GRANTED else []
+    while kept and budget.used([*kept, *granted_owner]) > budget.capacity:
         kept.pop()
     return tuple(sorted(kept))
 
