@@ -10,7 +10,12 @@ import pytest
 
 from controlplane.api.v1alpha1 import ModelPool
 from controlplane.api.v1alpha1.conditions import find_condition
-from controlplane.api.v1alpha1.modelpool import SLOT_GRANTED, SLOT_RELEASED
+from controlplane.api.v1alpha1.modelpool import (
+    SLOT_GRANTED,
+    SLOT_RELEASED,
+    BudgetStatus,
+    ModelPoolStatus,
+)
 from controlplane.controllers.modelpool.intent import Intent, Owner, OwnerReason
 from controlplane.controllers.modelpool.plan import (
     Deferral,
@@ -25,6 +30,7 @@ from controlplane.controllers.modelpool.plan import (
     plan_actions,
     pool_status,
     status_changed,
+    transitions,
 )
 from controlplane.probes.idle import IdleOutcome, IdleReport
 from controlplane.scheduling.budget import Budget
@@ -498,3 +504,15 @@ def test_an_evicted_resident_leaves_the_residents_when_its_release_is_written() 
     # b's pod is still there: it still counts
     assert status.budget is not None
     assert status.budget.used == "2"
+
+
+def test_in_a_budget_pool_a_join_completes_a_swap_and_a_resident_moving_back_does_not() -> None:
+    budget = BudgetStatus(capacity="2", used="2")
+    before = ModelPoolStatus(resident_member="b", residents=["a", "b"], budget=budget)
+    back = ModelPoolStatus(resident_member="a", residents=["a"], budget=budget)
+    joined = ModelPoolStatus(resident_member="c", residents=["a", "c"], budget=budget)
+    owner = Owner("c", OwnerReason.REQUESTED, Intent("proxy-0", "c", 10.0, evict=("b",)))
+    assert transitions(before, back, owner, NOW) == []
+    (done,) = transitions(back, joined, owner, NOW)
+    assert done.reason == "SwapCompleted"
+    assert done.message == "swap done: c is resident (beside a)"

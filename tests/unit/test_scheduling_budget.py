@@ -9,7 +9,9 @@ cannot.
 
 from __future__ import annotations
 
-from hypothesis import given
+from dataclasses import dataclass, field
+
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controlplane.scheduling.budget import (
@@ -21,7 +23,7 @@ from controlplane.scheduling.budget import (
     next_shared_turn,
     pool_budget,
 )
-from controlplane.scheduling.policy import MemberDemand, Settings, TurnReason
+from controlplane.scheduling.policy import MemberDemand, Settings, TurnReason, wait_bound
 
 S = Settings(max_wait=30.0, min_residency=10.0)
 GI = 1 << 30
@@ -212,3 +214,137 @@ def test_demand_and_floors_are_spared_whenever_the_others_suffice(
         served = [m for m in idle if now >= residents[m].since + S.min_residency]
         if budget.used(served) >= need:
             assert all(now >= residents[m].since + S.min_residency for m in chosen)
+
+
+# -- the bound, in a small model of a pool with a budget ---------------------------------------
+
+STEP = 0.05
+
+
+@dataclass
+class Request:
+    member: str
+    arrival: float
+    duration: float
+    started: float | None = None
+
+
+@dataclass
+class SharedPool:
+    """Residents within a budget; one swap at a time (one driver): admission closes for the
+    residents it evicts, they drain (their requests in flight finish), leave, and the target
+    loads for ``swap_time``; requests run in parallel once forwarded."""
+
+    settings: Settings
+    priorities: dict[str, int]
+    budget: Budget
+    swap_time: float
+    residents: dict[str, float] = field(default_factory=dict)
+    target: str | None = None
+    evict: tuple[str, ...] = ()
+    swap_ends: float | None = None
+    running: list[tuple[float, Request]] = field(default_factory=list)
+    held: list[Request] = field(default_factory=list)
+
+    def demand(self) -> dict[str, MemberDemand]:
+        found = {}
+        for member, priority in self.priorities.items():
+            mine = [r for r in self.held if r.member == member]
+            found[member] = MemberDemand(
+                held=len(mine),
+                oldest=min((r.arrival for r in mine), default=None),
+                active=any(r.member == member for _, r in self.running),
+                priority=priority,
+            )
+        return found
+
+    def open(self, member: str) -> bool:
+        return member in self.residents and member not in self.evict
+
+    def step(self, now: float, arrivals: list[Request]) -> None:
+        self.running = [(end, r) for end, r in self.running if end > now]
+        self.held += arrivals
+        for request in [r for r in self.held if self.open(r.member)]:
+            self.held.remove(request)
+            request.started = now
+            self.running.append((now + request.duration, request))
+        if self.target is None:
+            demand = self.demand()
+            residents = {m: Resident(since, demand[m]) for m, since in self.residents.items()}
+            turn = next_shared_turn(demand, residents, self.budget, self.settings, now)
+            if turn.member is not None:
+                self.target, self.evict = turn.member, turn.evict  # admission closes for those
+        draining = any(r.member in self.evict for _, r in self.running)
+        if self.target is not None and self.swap_ends is None and not draining:
+            for member in self.evict:
+                del self.residents[member]
+            assert self.budget.used(self.residents) + self.budget.size(self.target) <= (
+                self.budget.capacity
+            ), f"{self.target} does not fit beside {sorted(self.residents)}"
+            self.evict, self.swap_ends = (), now + self.swap_time
+        if self.swap_ends is not None and now >= self.swap_ends and self.target is not None:
+            self.residents[self.target] = now
+            self.target = self.swap_ends = None
+
+
+@st.composite
+def shared_traces(
+    draw: st.DrawFn,
+) -> tuple[Settings, dict[str, int], Budget, float, float, list[Request]]:
+    names = [chr(ord("a") + i) for i in range(draw(st.integers(3, 5)))]
+    priorities = {n: draw(st.integers(0, 3)) for n in names}
+    sizes = {n: draw(st.integers(1, 4)) for n in names}
+    capacity = draw(st.integers(max(sizes.values()), sum(sizes.values()) - 1))
+    max_wait = draw(st.sampled_from([2.0, 4.0, 8.0]))
+    min_residency = draw(st.sampled_from([0.0, 1.0, max_wait / 2, max_wait]))
+    swap = draw(st.sampled_from([0.2, 0.5, 1.0]))
+    longest = draw(st.sampled_from([0.1, 0.5, 1.5]))
+    requests = draw(
+        st.lists(
+            st.builds(
+                Request,
+                member=st.sampled_from(names),
+                arrival=st.floats(0, 40).map(lambda t: round(t / STEP) * STEP),
+                duration=st.floats(0.05, longest),
+            ),
+            min_size=1,
+            max_size=120,
+        )
+    )
+    steady = [Request(names[0], round(i * 0.1, 2), 0.1) for i in range(400)]
+    return (
+        Settings(max_wait=max_wait, min_residency=min_residency),
+        priorities,
+        Budget(capacity, sizes),
+        swap,
+        longest,
+        requests + steady,
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shared_traces())
+def test_no_request_waits_beyond_its_bound_and_the_budget_holds_in_a_shared_pool(
+    trace: tuple[Settings, dict[str, int], Budget, float, float, list[Request]],
+) -> None:
+    policy, priorities, budget, swap, longest, requests = trace
+    pool = SharedPool(policy, priorities, budget, swap)
+    pending = sorted(requests, key=lambda r: r.arrival)
+    now, index = 0.0, 0
+    horizon = max(r.arrival for r in requests) + 10 * (policy.max_wait + len(priorities) * 5)
+    while now < horizon and (index < len(pending) or pool.held or pool.running):
+        arrivals = []
+        while index < len(pending) and pending[index].arrival <= now + 1e-9:
+            arrivals.append(pending[index])
+            index += 1
+        pool.step(now, arrivals)
+        now = round(now + STEP, 6)
+    bound = wait_bound(policy, len(priorities), drain=longest, swap=swap)
+    slack = 4 * STEP  # the model decides once per step
+    for request in requests:
+        assert request.started is not None, f"{request} was never served"
+        waited = request.started - request.arrival
+        assert waited <= bound + slack, (
+            f"{request.member} waited {waited:.2f} s > bound {bound:.2f} s ({policy}, {budget}, "
+            f"swap {swap})"
+        )

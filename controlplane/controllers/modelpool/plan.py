@@ -594,9 +594,11 @@ def transitions(
     if newly_resident(before, after) is not None:
         took = _seconds_since(slot_allocated_since(before), now)
         spent = f" in {took:.0f} s" if took is not None else ""
-        message = (
-            f"swap done: {after.resident_member} is resident"
-            f" (was {before.resident_member or 'nothing'}){spent}"
-        )
+        if after.budget is None:
+            was = f"was {before.resident_member or 'nothing'}"
+        else:
+            beside = [m for m in after.residents if m != after.resident_member]
+            was = f"beside {', '.join(beside) or 'nothing'}"
+        message = f"swap done: {after.resident_member} is resident ({was}){spent}"
         out.append(Transition(False, "SwapCompleted", "Swap", message))
     return out
