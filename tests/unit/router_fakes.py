@@ -170,6 +170,18 @@ class FakeView:
         self.isvcs[member]["status"] = {"phase": "Ready"}
         self.urls[member] = [f"http://127.0.0.1:9{len(member)}00"]
 
+    def join_residents(self, pool: str, member: str) -> None:
+        """A pool with a budget names ``member`` resident beside the others."""
+        self.make_resident(pool, member)
+        status = self.pools[pool]["status"]
+        status["residents"] = sorted({*status.get("residents", []), member})
+
+    def leave_residents(self, pool: str, member: str) -> None:
+        """A pool with a budget released ``member``: it is resident no more."""
+        status = self.pools[pool]["status"]
+        status["residents"] = [m for m in status.get("residents", []) if m != member]
+        self.start_draining(member)
+
     def start_draining(self, member: str) -> None:
         """The pool controller has set ``member`` to 0: it is still resident but not Ready."""
         self.isvcs[member]["status"] = {"phase": "Stopped"}

@@ -146,7 +146,7 @@ def test_pool_printer_columns_tell_the_story() -> None:
         "Min-Residency",
     ]
     paths = {c["name"]: c["jsonPath"] for c in columns}
-    assert paths["Resident"] == ".status.residents[*]"
+    assert paths["Resident"] == ".status.residents"
     assert (paths["Used"], paths["Capacity"]) == (".status.budget.used", ".status.budget.capacity")
     assert paths["Waiting"] == ".status.waiting[*].member"
 

@@ -20,7 +20,8 @@ from controlplane.controllers.inferenceservice.weightsstatus import (
     transition_event,
     weights_ready,
 )
-from controlplane.controllers.modelpool.plan import MemberState, plan_actions
+from controlplane.controllers.modelpool.member import MemberState
+from controlplane.controllers.modelpool.plan import plan_actions
 from controlplane.modelfetch.progress import Done, Progress
 
 SOURCE = "hf://org/repo/x.gguf"

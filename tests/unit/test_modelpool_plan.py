@@ -17,21 +17,21 @@ from controlplane.api.v1alpha1.modelpool import (
     ModelPoolStatus,
 )
 from controlplane.controllers.modelpool.intent import Intent, Owner, OwnerReason
+from controlplane.controllers.modelpool.member import MemberState
 from controlplane.controllers.modelpool.plan import (
     Deferral,
-    MemberState,
     Plan,
     PoolView,
     blocking_reports,
     decided_slots,
     deferral_from,
     deployment_drained,
-    kept_residents,
     plan_actions,
     pool_status,
     status_changed,
     transitions,
 )
+from controlplane.controllers.modelpool.residents import kept_residents
 from controlplane.probes.idle import IdleOutcome, IdleReport
 from controlplane.scheduling.budget import Budget
 

@@ -14,9 +14,9 @@ import pytest
 from controlplane.api.v1alpha1 import ModelPool
 from controlplane.api.v1alpha1.modelpool import SLOT_GRANTED, SLOT_RELEASED
 from controlplane.controllers.modelpool.intent import Intent, Owner, OwnerReason
+from controlplane.controllers.modelpool.member import MemberState
 from controlplane.controllers.modelpool.plan import (
     Deferral,
-    MemberState,
     PoolView,
     plan_actions,
     pool_status,

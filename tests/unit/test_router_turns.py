@@ -74,6 +74,49 @@ async def test_a_busy_resident_past_its_floor_gives_the_turn_and_admission_close
     assert targets_claimed(api) == ["b", "a"]
 
 
+async def test_in_a_pool_with_a_budget_a_member_that_fits_leaves_admission_open_and_one_that_needs_room_evicts_the_idle_resident() -> (  # noqa: E501
+    None
+):
+    """Budget of two members. b fits beside a (busy): it is claimed with nobody to leave, and a's
+    admission stays open throughout. c needs room while a is idle and b busy: the claim names a
+    (idle) to leave, admission closes for a only, and b keeps its fast path."""
+    view, api = cluster(scheduling={"maxWait": "30s", "minResidency": "0s"})
+    view.pools["gpu-0"]["spec"]["capacity"] = {"members": 2}
+    view.join_residents("gpu-0", "a")
+    activator = new_activator(view, api, activity_window=0.05)
+    a_in_flight = activator.inflight.track("a")
+    answers: dict[str, str] = {}
+    async with running(activator) as group:
+
+        async def ask(member: str) -> None:
+            answers[member] = await activator.upstream(Route(member, member, "gpu-0"))
+
+        group.start_soon(ask, "b")
+        await until(lambda: holder(api) == "me")
+        assert (read_activation(lease(api)).target, read_activation(lease(api)).evict) == (
+            "b",
+            (),
+        )
+        assert activator.ready_url("gpu-0", "a") is not None, "a was closed for a member that fits"
+        view.join_residents("gpu-0", "b")
+        activator.notifier.notify()
+        await until(lambda: "b" in answers and not activator.swaps)
+        a_in_flight()
+        b_in_flight = activator.inflight.track("b")
+        await anyio.sleep(0.1)  # a's activity window passes: a is idle, b is not
+        group.start_soon(ask, "c")
+        await until(lambda: read_activation(lease(api)).target == "c")
+        assert read_activation(lease(api)).evict == ("a",)
+        assert activator.ready_url("gpu-0", "a") is None, "admission to the evicted a is open"
+        assert activator.ready_url("gpu-0", "b") is not None, "b was closed though it stays"
+        view.leave_residents("gpu-0", "a")
+        view.join_residents("gpu-0", "c")
+        activator.notifier.notify()
+        await until(lambda: "c" in answers and not activator.swaps)
+        b_in_flight()
+    assert targets_claimed(api) == ["b", "c"]
+
+
 async def test_the_floor_holds_the_turn_until_it_ends() -> None:
     view, api = cluster(scheduling={"maxWait": "30s", "minResidency": "600ms"})
     activator = new_activator(view, api, activity_window=10)

@@ -26,7 +26,8 @@ from controlplane.controllers.modelpool.intent import (
     OwnerReason,
     choose_owner,
 )
-from controlplane.controllers.modelpool.plan import MemberState, Plan, plan_actions, pool_status
+from controlplane.controllers.modelpool.member import MemberState
+from controlplane.controllers.modelpool.plan import Plan, plan_actions, pool_status
 from controlplane.controllers.modelpool.reconciler import (
     CONTROLLER_NAME,
     ModelPoolReconciler,

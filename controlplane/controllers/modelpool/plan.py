@@ -56,8 +56,6 @@ from typing import Any, Final
 
 from controlplane.api.v1alpha1 import set_condition
 from controlplane.api.v1alpha1.conditions import FALSE, TRUE, find_condition
-from controlplane.api.v1alpha1.inferenceservice import PHASE_READY as ISVC_READY
-from controlplane.api.v1alpha1.inferenceservice import RUNTIME_LLAMACPP
 from controlplane.api.v1alpha1.modelpool import (
     CONDITION_MEMBERS_VALID,
     CONDITION_READY,
@@ -71,14 +69,20 @@ from controlplane.api.v1alpha1.modelpool import (
     REASON_PODS_BUSY,
     SLOT_GRANTED,
     SLOT_RELEASED,
-    BudgetStatus,
     MemberStatus,
     ModelPool,
     ModelPoolStatus,
     WaitingDemand,
 )
 from controlplane.controllers.modelpool.intent import Intent, Owner, OwnerReason
+from controlplane.controllers.modelpool.member import MemberState, missing_members
 from controlplane.controllers.modelpool.ready import pool_ready
+from controlplane.controllers.modelpool.residents import (
+    budget_status,
+    exclusive_budget,
+    newly_resident,
+    shared_residents,
+)
 from controlplane.probes.idle import IdleOutcome, IdleReport
 from controlplane.runtime.controller import Result
 from controlplane.runtime.timeutil import micro_time
@@ -104,70 +108,6 @@ REASON_WAITING_FOR_PODS: Final = "WaitingForPods"
 REASON_STARTING: Final = "Starting"
 REASON_NOT_DEFERRED: Final = "NotDeferred"
 REASON_WAITING_FOR_WEIGHTS: Final = "WaitingForWeights"
-
-
-@dataclass(frozen=True, slots=True)
-class MemberState:
-    """One member as the caches show it."""
-
-    name: str
-    found: bool = True
-    #: This pool's decision about it as last written (``status.members[].slot``; None: not yet).
-    slot: str | None = None
-    #: When that decision was made (``status.members[].since``).
-    since: str | None = None
-    #: The member acknowledged that release, and the cache shows the Deployment it applied
-    #: (:func:`~controlplane.controllers.modelpool.grant.acknowledged`).
-    acknowledged: bool = False
-    #: The InferenceService's ``status.phase``.
-    phase: str | None = None
-    #: ``http://host:port`` of every ready endpoint of its Service.
-    urls: tuple[str, ...] = ()
-    #: ... and of every endpoint neither ready nor terminating (a server starting, or up before
-    #: its readiness probe has said so).
-    starting_urls: tuple[str, ...] = ()
-    #: Its pods, Terminating ones included.
-    pods: int = 0
-    #: Its Deployment is absent, or at 0 replicas and observed so with none left.
-    deployment_drained: bool = True
-    #: ``spec.runtime``: which idle probe understands it.
-    runtime: str = RUNTIME_LLAMACPP
-    #: Its weights are where its server reads them (``ModelReady`` True for its source now).
-    weights_ready: bool = True
-    #: ``status.model.summary`` (Downloading 42%, Failed: NotFound), to say what a swap waits for.
-    weights: str | None = None
-
-    @property
-    def ready(self) -> bool:
-        """Serving as an owner should: Ready and not released."""
-        return self.found and self.slot != SLOT_RELEASED and self.phase == ISVC_READY
-
-    @property
-    def serving(self) -> bool:
-        """Requests may be in flight: Ready, or reachable at a ready endpoint."""
-        return self.found and (self.phase == ISVC_READY or bool(self.urls))
-
-    @property
-    def probe_urls(self) -> tuple[str, ...]:
-        """Where to ask whether requests are in flight before releasing it: its ready endpoints
-        when serving, else its starting ones (none: nothing can be in flight)."""
-        return self.urls if self.serving else self.starting_urls
-
-    @property
-    def released(self) -> bool:
-        """Holds nothing of the slot: released, the release acknowledged, its Deployment at 0,
-        no pod left."""
-        return (
-            self.found
-            and self.slot == SLOT_RELEASED
-            and self.acknowledged
-            and self.deployment_drained
-            and self.pods == 0
-        )
-
-
-def missing_members(members: Mapping[str, MemberState]) -> list[str]:
-    return [name for name, state in members.items() if not state.found]
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,35 +160,6 @@ def plan_actions(
         room = not holding if budget is None else budget.fits(owner, [*holding, *keep])
         grant = owner if room else None
     return Plan(tuple(probe), tuple(release), grant, tuple(holding))
-
-
-def kept_residents(
-    members: Mapping[str, MemberState],
-    residents: Sequence[str],
-    owner: str | None,
-    evict: Collection[str],
-    budget: Budget | None,
-) -> tuple[str, ...]:
-    """Of a pool with a budget: the residents that stay beside ``owner``. Every resident still
-    granted stays, except those the intent asks to leave (``evict``); a member granted but never
-    resident (a swap abandoned before it was up) is not kept, so it is drained. Should the granted
-    ones (the owner among them once granted) not fit together (the capacity was lowered), those
-    granted longest ago leave first; an owner not granted yet waits for room, taking none."""
-    if budget is None:
-        return ()
-    kept = [
-        name
-        for name in residents
-        if name != owner
-        and name in members
-        and members[name].slot == SLOT_GRANTED
-        and name not in evict
-    ]
-    kept.sort(key=lambda name: members[name].since or "", reverse=True)
-    granted_owner = [owner] if owner is not None and members[owner].slot == SLOT_GRANTED else []
-    while kept and budget.used([*kept, *granted_owner]) > budget.capacity:
-        kept.pop()
-    return tuple(sorted(kept))
 
 
 def decided_slots(
@@ -307,44 +218,6 @@ def _members_phase(
     return out
 
 
-def shared_residents(
-    previous: Sequence[str],
-    owner: str | None,
-    members: Mapping[str, MemberState],
-    slots: Mapping[str, str | None],
-) -> list[str]:
-    """Of a pool with a budget: who is resident after this reconcile. A member stays resident
-    while its grant stands (a crash does not take the title, as an exclusive pool's resident keeps
-    it); the owner joins once it is Ready."""
-    residents = [m for m in previous if m in members and slots.get(m) == SLOT_GRANTED]
-    if owner is not None and owner not in residents and members[owner].ready:
-        residents.append(owner)
-    return sorted(residents)
-
-
-def _exclusive_budget(slots: Mapping[str, str | None]) -> BudgetStatus | None:
-    """An exclusive pool shows no budget, except while a capacity just removed still has several
-    members granted (the schema allows several grants only beside a budget): one member's
-    capacity, and the grants, until the drain leaves one."""
-    granted = sum(1 for slot in slots.values() if slot == SLOT_GRANTED)
-    return BudgetStatus(capacity="1", used=str(granted)) if granted > 1 else None
-
-
-def budget_status(
-    budget: Budget, members: Mapping[str, MemberState], slots: Mapping[str, str | None]
-) -> BudgetStatus:
-    """The capacity, and what the members that hold part of it (granted, or with a pod or a
-    Deployment not yet at 0) use together."""
-    holding = [
-        name
-        for name, state in members.items()
-        if slots.get(name) == SLOT_GRANTED or state.pods > 0 or not state.deployment_drained
-    ]
-    return BudgetStatus(
-        capacity=budget.describe(budget.capacity), used=budget.describe(budget.used(holding))
-    )
-
-
 def _slot_condition(view: PoolView) -> tuple[str, str, str]:
     """SlotAllocated: (status, reason, message)."""
     owner, plan, members = view.owner.name, view.plan, view.members
@@ -398,7 +271,7 @@ def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
             phase = PHASE_READY
     if view.budget is None:
         residents = [resident] if resident is not None else []
-        status.budget = _exclusive_budget(slots)
+        status.budget = exclusive_budget(slots)
     else:
         before = status.residents or ([previous] if previous is not None else [])
         residents = before if plan.missing else shared_residents(before, owner, members, slots)
@@ -430,16 +303,6 @@ def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
     ready = pool_ready(plan.missing, waits)
     set_condition(status.conditions, CONDITION_READY, *ready.condition, generation, view.now)
     return status
-
-
-def newly_resident(before: ModelPoolStatus, after: ModelPoolStatus) -> str | None:
-    """The member a status change made resident (a swap completed), or None. A pool with a
-    budget may also move ``residentMember`` back to a member that was resident all along (the
-    latest one left): that completes nothing."""
-    resident = after.resident_member
-    if resident is None or resident == before.resident_member or resident in before.residents:
-        return None
-    return resident
 
 
 def status_changed(current: ModelPoolStatus, wanted: ModelPoolStatus) -> bool:

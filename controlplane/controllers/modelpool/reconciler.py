@@ -86,17 +86,15 @@ from controlplane.controllers.inferenceservice.weightsstatus import weights_read
 from controlplane.controllers.modelpool import metrics
 from controlplane.controllers.modelpool.grant import acknowledged, lists_member
 from controlplane.controllers.modelpool.intent import LeaseObserver, Owner, choose_owner
+from controlplane.controllers.modelpool.member import MemberState
 from controlplane.controllers.modelpool.phases import PhaseSpan, SwapPhases
 from controlplane.controllers.modelpool.plan import (
     DEFER_REQUEUE_SECONDS,
-    MemberState,
     PoolView,
     blocking_reports,
     decided_slots,
     deferral_from,
     deployment_drained,
-    kept_residents,
-    newly_resident,
     plan_actions,
     pool_status,
     requeue_result,
@@ -104,6 +102,7 @@ from controlplane.controllers.modelpool.plan import (
     status_changed,
     transitions,
 )
+from controlplane.controllers.modelpool.residents import kept_residents, newly_resident
 from controlplane.controllers.modelpool.waiting import SeenReport, waiting_demand
 from controlplane.probes.idle import IdleOutcome, IdleProbe, IdleReport
 from controlplane.probes.llamacpp import SlotsProbe
