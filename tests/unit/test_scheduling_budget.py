@@ -24,6 +24,7 @@ from controlplane.scheduling.budget import (
     pool_budget,
 )
 from controlplane.scheduling.policy import MemberDemand, Settings, TurnReason, wait_bound
+from tests.unit.slot_model import Request, assert_served_within, replay, requests_for
 
 S = Settings(max_wait=30.0, min_residency=10.0)
 GI = 1 << 30
@@ -218,16 +219,6 @@ def test_demand_and_floors_are_spared_whenever_the_others_suffice(
 
 # -- the bound, in a small model of a pool with a budget ---------------------------------------
 
-STEP = 0.05
-
-
-@dataclass
-class Request:
-    member: str
-    arrival: float
-    duration: float
-    started: float | None = None
-
 
 @dataclass
 class SharedPool:
@@ -257,6 +248,10 @@ class SharedPool:
                 priority=priority,
             )
         return found
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.running)
 
     def open(self, member: str) -> bool:
         return member in self.residents and member not in self.evict
@@ -299,26 +294,14 @@ def shared_traces(
     min_residency = draw(st.sampled_from([0.0, 1.0, max_wait / 2, max_wait]))
     swap = draw(st.sampled_from([0.2, 0.5, 1.0]))
     longest = draw(st.sampled_from([0.1, 0.5, 1.5]))
-    requests = draw(
-        st.lists(
-            st.builds(
-                Request,
-                member=st.sampled_from(names),
-                arrival=st.floats(0, 40).map(lambda t: round(t / STEP) * STEP),
-                duration=st.floats(0.05, longest),
-            ),
-            min_size=1,
-            max_size=120,
-        )
-    )
-    steady = [Request(names[0], round(i * 0.1, 2), 0.1) for i in range(400)]
+    requests = requests_for(draw, names, longest)
     return (
         Settings(max_wait=max_wait, min_residency=min_residency),
         priorities,
         Budget(capacity, sizes),
         swap,
         longest,
-        requests + steady,
+        requests,
     )
 
 
@@ -329,22 +312,7 @@ def test_no_request_waits_beyond_its_bound_and_the_budget_holds_in_a_shared_pool
 ) -> None:
     policy, priorities, budget, swap, longest, requests = trace
     pool = SharedPool(policy, priorities, budget, swap)
-    pending = sorted(requests, key=lambda r: r.arrival)
-    now, index = 0.0, 0
     horizon = max(r.arrival for r in requests) + 10 * (policy.max_wait + len(priorities) * 5)
-    while now < horizon and (index < len(pending) or pool.held or pool.running):
-        arrivals = []
-        while index < len(pending) and pending[index].arrival <= now + 1e-9:
-            arrivals.append(pending[index])
-            index += 1
-        pool.step(now, arrivals)
-        now = round(now + STEP, 6)
+    replay(pool, requests, horizon)
     bound = wait_bound(policy, len(priorities), drain=longest, swap=swap)
-    slack = 4 * STEP  # the model decides once per step
-    for request in requests:
-        assert request.started is not None, f"{request} was never served"
-        waited = request.started - request.arrival
-        assert waited <= bound + slack, (
-            f"{request.member} waited {waited:.2f} s > bound {bound:.2f} s ({policy}, {budget}, "
-            f"swap {swap})"
-        )
+    assert_served_within(requests, bound, lambda: f"{policy}, {budget}, swap {swap}")

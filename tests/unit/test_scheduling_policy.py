@@ -25,6 +25,7 @@ from controlplane.scheduling.policy import (
     next_turn,
     wait_bound,
 )
+from tests.unit.slot_model import Request, assert_served_within, replay, requests_for
 
 S = Settings(max_wait=30.0, min_residency=10.0)
 
@@ -118,16 +119,6 @@ def test_the_stated_bound() -> None:
 
 # -- the property: a model of one pool driven by the policy --------------------------------------
 
-STEP = 0.05
-
-
-@dataclass
-class Request:
-    member: str
-    arrival: float
-    duration: float
-    started: float | None = None
-
 
 @dataclass
 class Pool:
@@ -161,6 +152,10 @@ class Pool:
                 priority=priority,
             )
         return found
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.running)
 
     def start(self, request: Request, now: float) -> None:
         request.started = now
@@ -210,26 +205,13 @@ def traces(draw: st.DrawFn) -> tuple[Settings, dict[str, int], float, float, lis
     min_residency = draw(st.sampled_from([0.0, 1.0, max_wait / 2, max_wait]))
     swap = draw(st.sampled_from([0.2, 0.5, 1.0]))
     longest = draw(st.sampled_from([0.1, 0.5, 1.5]))
-    requests = draw(
-        st.lists(
-            st.builds(
-                Request,
-                member=st.sampled_from(names),
-                arrival=st.floats(0, 40).map(lambda t: round(t / STEP) * STEP),
-                duration=st.floats(0.05, longest),
-            ),
-            min_size=1,
-            max_size=120,
-        )
-    )
-    # a steady tenant on the first member: back to back, the load that starved the others
-    steady = [Request(names[0], round(i * 0.1, 2), 0.1) for i in range(400)]
+    requests = requests_for(draw, names, longest)
     return (
         Settings(max_wait=max_wait, min_residency=min_residency),
         priorities,
         swap,
         longest,
-        requests + steady,
+        requests,
     )
 
 
@@ -240,24 +222,10 @@ def test_no_request_waits_beyond_its_bound_and_no_turn_is_cut_short_without_caus
 ) -> None:
     policy, priorities, swap, longest, requests = trace
     pool = Pool(policy, priorities, swap)
-    pending = sorted(requests, key=lambda r: r.arrival)
-    now, index = 0.0, 0
     horizon = max(r.arrival for r in requests) + 10 * (policy.max_wait + len(priorities) * 5)
-    while now < horizon and (index < len(pending) or pool.held or pool.running):
-        arrivals = []
-        while index < len(pending) and pending[index].arrival <= now + 1e-9:
-            arrivals.append(pending[index])
-            index += 1
-        pool.step(now, arrivals)
-        now = round(now + STEP, 6)
+    replay(pool, requests, horizon)
     bound = wait_bound(policy, len(priorities), drain=longest, swap=swap)
-    slack = 4 * STEP  # the model decides once per step
-    for request in requests:
-        assert request.started is not None, f"{request} was never served"
-        waited = request.started - request.arrival
-        assert waited <= bound + slack, (
-            f"{request.member} waited {waited:.2f} s > bound {bound:.2f} s ({policy}, swap {swap})"
-        )
+    assert_served_within(requests, bound, lambda: f"{policy}, swap {swap}")
     for member, lasted, reason, caused in pool.short_turns:
         assert caused, (
             f"{member}'s turn ended after {lasted:.2f} s < {policy.min_residency} s ({reason}) "
