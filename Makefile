@@ -47,6 +47,7 @@ help:
 	@echo "make bench-router-mode  switch time: llama.cpp's router mode vs our pool, real members"
 	@echo "make bench-kind-switch  the same on kind, phase by phase (a cluster of its own; ~5 min)"
 	@echo "make bench-fairness     who gets the slot when: our scheduler vs before it vs llama-swap"
+	@echo "                          (BENCH_ARGS=\"--budget 2\": three members, two fit; vs exclusive, llama-swap)"
 	@echo "make image              build the project image with no registry (starts Docker if needed)"
 	@echo "make kind-prereqs       everything the kind tier needs: kind's programs, node, member, kube-router"
 	@echo "                          and monitoring images"

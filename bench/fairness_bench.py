@@ -22,6 +22,16 @@ models (from the last answer of one model to the first of the next).
 
 The pool's scheduling is the default a user of the samples gets (swapBudget 120 s here: maxWait
 30 s, minResidency 10 s); the third pool gives its third member priority 10.
+
+``--budget N`` (issue 24, "Several residents within a GPU-memory budget") runs another set of
+traces, :data:`BUDGET_TRACES`, on one pool of three members of which ``N`` may run at once, against
+three systems: ``ours`` (the pool with ``spec.capacity: {members: N}``), ``exclusive`` (the same
+pool without ``spec.capacity``: one member at a time) and ``llama-swap`` with the equivalent
+``matrix`` (every set of ``N`` of the three models may run together, :func:`budget_matrix`). Each
+trace starts on a fresh system with member ``a`` loaded. Besides the waits and the requests refused
+or not answered, each row counts the **loads**: the model servers that became ready during the
+trace (and the settling seconds after it), read from the simulators' own ``ready: model`` log
+lines (:func:`load_counts`), the same line in every system.
 """
 
 from __future__ import annotations
@@ -33,12 +43,14 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -57,11 +69,18 @@ SLOTS: Final = 2
 TOKEN_SECONDS: Final = 0.01
 MAX_TOKENS: Final = 8
 REQUEST_TIMEOUT: Final = 150.0
-#: Pools: (name, members, priorities).
-POOLS: Final[tuple[tuple[str, tuple[str, ...], dict[str, int]], ...]] = (
+#: Seconds after a trace before its loads are counted (a load started at its end completes).
+SETTLE_SECONDS: Final = 3.0
+#: A pool: (name, members, priorities).
+Pool = tuple[str, tuple[str, ...], dict[str, int]]
+POOLS: Final[tuple[Pool, ...]] = (
     ("pool-2", ("a2", "b2"), {}),
     ("pool-3", ("a3", "b3", "c3"), {"c3": 10}),
 )
+#: The budget mode's pool: three members, the first one the default (resident at the start).
+BUDGET_POOL: Final[Pool] = ("pool-budget", ("a", "b", "c"), {})
+#: The budget mode's systems, in the order they run.
+BUDGET_SYSTEMS: Final = ("ours", "exclusive", "llama-swap")
 
 
 def model(member: str) -> str:
@@ -112,6 +131,51 @@ TRACES: Final = (
             Client("a3", "loop"),
             Client("b3", "at", times=(3.0, 14.0, 25.0, 36.0)),
             Client("c3", "at", times=(3.5, 14.5, 25.5, 36.5)),
+        ),
+    ),
+)
+
+
+#: The budget mode's traces (``--budget N``) on :data:`BUDGET_POOL`: two members that fit
+#: together under a budget of two (one steady, one sparse; both alternating), all three in turn
+#: (never all resident at once), and a third member asking while the residents are busy (the
+#: four-client load that starves a member behind a resident that never falls idle; both
+#: residents busy, so that the room must come from one of them).
+BUDGET_TRACES: Final = (
+    Trace(
+        "steady a + sparse b",
+        (
+            Client("a", "loop"),
+            Client("a", "loop"),
+            Client("b", "at", times=(5.0, 15.0, 25.0, 35.0)),
+        ),
+    ),
+    Trace(
+        "a and b alternating",
+        (Client("a", "gappy", pause=(0.2, 1.5)), Client("b", "gappy", pause=(0.2, 1.5))),
+    ),
+    Trace(
+        "a, b and c in turn",
+        (
+            Client("a", "gappy", pause=(0.2, 1.5)),
+            Client("b", "gappy", pause=(0.2, 1.5)),
+            Client("c", "gappy", pause=(0.2, 1.5)),
+        ),
+    ),
+    Trace(
+        "4 x steady a + sparse b and c",
+        (
+            *(Client("a", "loop") for _ in range(4)),
+            Client("b", "at", times=(5.0, 15.0, 25.0, 35.0)),
+            Client("c", "at", times=(10.0, 20.0, 30.0, 40.0)),
+        ),
+    ),
+    Trace(
+        "2 x steady a + 2 x steady b + sparse c",
+        (
+            *(Client("a", "loop") for _ in range(2)),
+            *(Client("b", "loop") for _ in range(2)),
+            Client("c", "at", times=(5.0, 15.0, 25.0, 35.0)),
         ),
     ),
 )
@@ -226,17 +290,96 @@ def judge(system: str, trace: Trace, answers: list[Answer]) -> Row:
     )
 
 
+#: The line a simulator logs once its model is loaded (``controlplane.sim.server``), in ours'
+#: member logs and in llama-swap's copy of its upstreams' output alike.
+READY_LINE: Final = re.compile(r"\bready: model (\S+) on ")
+
+
+def load_counts(lines: Iterable[str]) -> Counter[str]:
+    """Loads completed per served model name, from the simulators' ``ready: model`` lines."""
+    counts: Counter[str] = Counter()
+    for line in lines:
+        if found := READY_LINE.search(line):
+            counts[found.group(1)] += 1
+    return counts
+
+
+@dataclass
+class BudgetRow:
+    system: str
+    trace: str
+    requests: int
+    refused: int
+    unanswered: int
+    #: Loads per member during the trace, in the pool's member order.
+    loads: tuple[int, ...]
+    max_wait: float
+    p99_wait: float
+    sparse_max_wait: float
+
+    @property
+    def loads_per_request(self) -> float:
+        return sum(self.loads) / self.requests if self.requests else math.nan
+
+
+def judge_budget(
+    system: str, trace: Trace, answers: list[Answer], loads: Counter[str], members: Sequence[str]
+) -> BudgetRow:
+    """A trace's figures: a request is *refused* when it got an answer other than a 200 from its
+    own model, *not answered* when it got none (a transport error, or no answer within
+    :data:`REQUEST_TIMEOUT`); the waits are those of the answered requests, but for the sparse
+    clients' max, which counts every request of theirs."""
+    ok = [a for a in answers if a.status == 200 and a.answered_by == model(a.member)]
+    waits = [a.waited for a in ok]
+    sparse = {c.member for c in trace.clients if c.kind == "at"}
+    unanswered = sum(1 for a in answers if a.status is None)
+    return BudgetRow(
+        system,
+        trace.name,
+        len(answers),
+        len(answers) - len(ok) - unanswered,
+        unanswered,
+        tuple(loads[model(member)] for member in members),
+        max(waits, default=math.nan),
+        _quantile(waits, 0.99),
+        max((a.waited for a in answers if a.member in sparse), default=math.nan),
+    )
+
+
+def budget_table(rows: list[BudgetRow], members: Sequence[str]) -> str:
+    head = (
+        f"| trace | system | requests | refused | not answered | loads ({' '.join(members)}) | "
+        "loads per request | max wait s | p99 wait s | sparse max wait s |"
+    )
+    lines = [head, "|" + "---|" * 10]
+    order = {name: index for index, name in enumerate(BUDGET_SYSTEMS)}
+    traces = {trace.name: index for index, trace in enumerate(BUDGET_TRACES)}
+    for row in sorted(
+        rows, key=lambda r: (traces.get(r.trace, len(traces)), r.trace, order.get(r.system, 9))
+    ):
+        lines.append(
+            f"| {row.trace} | {row.system} | {row.requests} | {row.refused} | {row.unanswered} | "
+            f"{sum(row.loads)} ({' '.join(str(n) for n in row.loads)}) | "
+            f"{row.loads_per_request:.3f} | {row.max_wait:.1f} | {row.p99_wait:.1f} | "
+            f"{row.sparse_max_wait:.1f} |"
+        )
+    return "\n".join(lines)
+
+
 # -- the systems ---------------------------------------------------------------------------------
 
 
-def pool_objects(*, scheduler: bool = True) -> list[dict[str, Any]]:
-    """The namespace, the members, both pools and the router; without ``scheduler`` the pools
-    carry no ``priority`` (the API before the scheduler refuses the unknown field)."""
+def pool_objects(
+    *, scheduler: bool = True, pools: Sequence[Pool] = POOLS, capacity: int | None = None
+) -> list[dict[str, Any]]:
+    """The namespace, the members, the pools (both of :data:`POOLS` unless told) and the router;
+    without ``scheduler`` the pools carry no ``priority`` (the API before the scheduler refuses the
+    unknown field); with ``capacity`` each pool has ``spec.capacity: {members: capacity}``."""
     group = "inference.modelpool.dev/v1alpha1"
     objects: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     ]
-    for pool, members, priorities in POOLS:
+    for pool, members, priorities in pools:
         for index, member in enumerate(members):
             objects.append(
                 {
@@ -256,12 +399,15 @@ def pool_objects(*, scheduler: bool = True) -> list[dict[str, Any]]:
             if scheduler and member in priorities:
                 entry["priority"] = priorities[member]
             entries.append(entry)
+        spec: dict[str, Any] = {"members": entries, "default": members[0], "swapBudget": "120s"}
+        if capacity is not None:
+            spec["capacity"] = {"members": capacity}
         objects.append(
             {
                 "apiVersion": group,
                 "kind": "ModelPool",
                 "metadata": {"name": pool, "namespace": NAMESPACE},
-                "spec": {"members": entries, "default": members[0], "swapBudget": "120s"},
+                "spec": spec,
             }
         )
     objects.append(
@@ -270,7 +416,7 @@ def pool_objects(*, scheduler: bool = True) -> list[dict[str, Any]]:
             "kind": "ModelRouter",
             "metadata": {"name": ROUTER, "namespace": NAMESPACE},
             "spec": {
-                "backends": [{"name": pool, "poolRef": {"name": pool}} for pool, _, _ in POOLS]
+                "backends": [{"name": pool, "poolRef": {"name": pool}} for pool, _, _ in pools]
             },
         }
     )
@@ -288,6 +434,7 @@ from controlplane.local.system import local_system, wait_router_address
 
 objects = json.loads(sys.argv[1])
 workdir = Path(tempfile.mkdtemp(prefix="bench-fairness-"))
+print("LOGS", workdir / "simulators", flush=True)
 plane = ControlPlane(with_controller_manager=True).start()
 try:
     binary = plane.binaries.kubectl or shutil.which("kubectl")
@@ -314,11 +461,28 @@ finally:
 """
 
 
+@dataclass(frozen=True)
+class Served:
+    """A system under test: where to send requests, and the text of every log its model servers
+    write their ``ready: model`` lines to (for :func:`load_counts`)."""
+
+    url: str
+    server_logs: Callable[[], str]
+
+
+def _read_logs(paths: Iterable[Path]) -> str:
+    return "".join(path.read_text(errors="replace") for path in sorted(paths) if path.is_file())
+
+
 @contextlib.contextmanager
-def pool_system(tree: Path, *, scheduler: bool = True) -> Iterator[str]:
-    """The local system of ``tree`` with :func:`pool_objects`; yields the router's address."""
+def pool_system(
+    tree: Path, *, scheduler: bool = True, objects: list[dict[str, Any]] | None = None
+) -> Iterator[Served]:
+    """The local system of ``tree`` with ``objects`` (:func:`pool_objects` unless told); yields
+    the router's address and the members' logs (one file per pod in the stand-in's log folder)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    objects = pool_objects(scheduler=scheduler)
+    if objects is None:
+        objects = pool_objects(scheduler=scheduler)
     runner = subprocess.Popen(
         [sys.executable, "-c", RUNNER, json.dumps(objects)],
         cwd=tree,
@@ -330,16 +494,19 @@ def pool_system(tree: Path, *, scheduler: bool = True) -> Iterator[str]:
     assert runner.stdout is not None
     assert runner.stdin is not None
     try:
-        url = None
+        url, logs = None, None
         for line in runner.stdout:
             print(f"  [{tree.name}] {line.rstrip()}", flush=True)
+            if line.startswith("LOGS "):
+                logs = Path(line.split(maxsplit=1)[1].strip())
             if line.startswith("ROUTER "):
                 url = line.split()[1]
                 break
-        if url is None:
+        if url is None or logs is None:
             raise SystemExit(f"the system of {tree} did not start (exit {runner.wait()})")
         _ready(f"{url}/readyz")
-        yield url
+        folder = logs
+        yield Served(url, lambda: _read_logs(folder.glob("*.log")))
     finally:
         runner.stdin.close()
         try:
@@ -349,9 +516,9 @@ def pool_system(tree: Path, *, scheduler: bool = True) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def baseline_tree(rev: str) -> Iterator[Path]:
+def baseline_tree(rev: str, name: str = "before") -> Iterator[Path]:
     work = Path(tempfile.mkdtemp(prefix="bench-fairness-baseline-"))
-    tree = work / "before"
+    tree = work / name
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "-q", "--detach", str(tree), rev],
                    check=True)  # fmt: skip
     try:
@@ -363,9 +530,61 @@ def baseline_tree(rev: str) -> Iterator[Path]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def budget_matrix(members: Sequence[str], budget: int) -> dict[str, Any]:
+    """llama-swap's ``routing`` section for "any ``budget`` of ``members`` may run together": its
+    ``matrix`` router with one set per combination (``ab: "a & b"``, ...; a set also permits its
+    subsets), named and listed in the members' order, which is the order its solver breaks ties
+    in. Its ``groups`` cannot say this: a group runs one member at a time (``swap: true``) or all
+    of them together (``swap: false``)."""
+    if not 1 <= budget <= len(members):
+        raise ValueError(f"a budget of {budget} of {len(members)} members")
+    return {
+        "router": {
+            "use": "matrix",
+            "settings": {
+                "matrix": {
+                    "vars": {member: model(member) for member in members},
+                    "sets": {
+                        "".join(combo): " & ".join(combo)
+                        for combo in itertools.combinations(members, budget)
+                    },
+                }
+            },
+        }
+    }
+
+
+def llama_swap_config(
+    members: Sequence[str], *, budget: int | None = None, preload: str | None = None
+) -> dict[str, Any]:
+    """The peer's configuration: our simulator as each member's model (same load time, slots and
+    token time); with ``budget``, :func:`budget_matrix`, ``preload`` loaded at its start, and the
+    upstreams' output copied to its own (for :func:`load_counts`)."""
+    sim = f"{sys.executable} -m controlplane.cli sim --host 127.0.0.1 --port ${{PORT}}"
+    config: dict[str, Any] = {
+        "healthCheckTimeout": 120,
+        "models": {
+            model(member): {
+                "cmd": f"{sim} --model-name {model(member)} --load-seconds {LOAD_SECONDS} "
+                f"--slots {SLOTS} --token-seconds {TOKEN_SECONDS}",
+                "proxy": "http://127.0.0.1:${PORT}",
+                "checkEndpoint": "/health",
+            }
+            for member in members
+        },
+    }
+    if budget is not None:
+        config["logToStdout"] = "both"
+        config["routing"] = budget_matrix(members, budget)
+    if preload is not None:
+        config["hooks"] = {"on_startup": {"preload": [model(preload)]}}
+    return config
+
+
 @contextlib.contextmanager
-def llama_swap() -> Iterator[str]:
-    """The peer with our simulator as each model (same load time, slots and token time)."""
+def llama_swap(config: dict[str, Any] | None = None) -> Iterator[Served]:
+    """The peer with ``config`` (:func:`llama_swap_config` of :data:`POOLS`' members unless
+    told); its log holds the upstreams' output when the config copies it there."""
     script = PEERS / "build-llama-swap.sh"
     if not script.exists():
         raise SystemExit(
@@ -377,22 +596,10 @@ def llama_swap() -> Iterator[str]:
         .stdout.strip()
         .splitlines()[-1]
     )
-    sim = f"{sys.executable} -m controlplane.cli sim --host 127.0.0.1 --port ${{PORT}}"
-    config = {
-        "healthCheckTimeout": 120,
-        "models": {
-            model(member): {
-                "cmd": f"{sim} --model-name {model(member)} --load-seconds {LOAD_SECONDS} "
-                f"--slots {SLOTS} --token-seconds {TOKEN_SECONDS}",
-                "proxy": "http://127.0.0.1:${PORT}",
-                "checkEndpoint": "/health",
-            }
-            for _, members, _ in POOLS
-            for member in members
-        },
-    }
+    if config is None:
+        config = llama_swap_config([member for _, members, _ in POOLS for member in members])
     work = Path(tempfile.mkdtemp(prefix="bench-llama-swap-"))
-    (work / "config.yaml").write_text(yaml.safe_dump(config))
+    (work / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     port = _free_port()
     process = subprocess.Popen(
         [binary, "-config", str(work / "config.yaml"), "-listen", f"127.0.0.1:{port}"],
@@ -403,7 +610,8 @@ def llama_swap() -> Iterator[str]:
     try:
         url = f"http://127.0.0.1:{port}"
         _ready(f"{url}/v1/models")
-        yield url
+        log = work / "llama-swap.log"
+        yield Served(url, lambda: _read_logs([log]))
     finally:
         process.terminate()
         try:
@@ -445,6 +653,52 @@ def run_system(name: str, url: str, traces: tuple[Trace, ...]) -> list[Row]:
     return rows
 
 
+@contextlib.contextmanager
+def budget_system(system: str, budget: int, ours: Path) -> Iterator[Served]:
+    """One of :data:`BUDGET_SYSTEMS`, fresh, with :data:`BUDGET_POOL`'s default member loaded."""
+    _, members, _ = BUDGET_POOL
+    if system == "llama-swap":
+        config = llama_swap_config(members, budget=budget, preload=members[0])
+        with llama_swap(config) as served:
+            _loaded(served, model(members[0]))
+            yield served
+    elif system in ("ours", "exclusive"):
+        capacity = budget if system == "ours" else None
+        objects = pool_objects(pools=(BUDGET_POOL,), capacity=capacity)
+        with pool_system(ours, objects=objects) as served:
+            yield served
+    else:
+        raise SystemExit(f"unknown system {system!r} ({', '.join(BUDGET_SYSTEMS)})")
+
+
+def _loaded(served: Served, name: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while load_counts(served.server_logs().splitlines())[name] == 0:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{name} was not loaded within {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def run_budget(
+    systems: Sequence[str], budget: int, traces: tuple[Trace, ...], ours: Path
+) -> list[BudgetRow]:
+    """Each trace on a fresh system of each kind; the loads counted from the trace's start to
+    :data:`SETTLE_SECONDS` after its last answer."""
+    _, members, _ = BUDGET_POOL
+    rows: list[BudgetRow] = []
+    for system in systems:
+        for trace in traces:
+            print(f"{system} (budget {budget}): {trace.name} ({trace.seconds:.0f} s)", flush=True)
+            with budget_system(system, budget, ours) as served:
+                before = load_counts(served.server_logs().splitlines())
+                answers = anyio.run(replay, served.url, trace)
+                time.sleep(SETTLE_SECONDS)
+                loads = load_counts(served.server_logs().splitlines()) - before
+            rows.append(judge_budget(system, trace, answers, loads, members))
+            print(budget_table(rows[-1:], members).splitlines()[-1], flush=True)
+    return rows
+
+
 def table(rows: list[Row]) -> str:
     head = (
         "| trace | system | requests | not answered | max wait s | p99 wait s | "
@@ -460,27 +714,64 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def ours_tree(rev: str | None) -> Iterator[Path]:
+    """This working tree, or a scratch worktree of ``rev``."""
+    if rev is None:
+        yield REPO
+    else:
+        with baseline_tree(rev, "ours") as tree:
+            yield tree
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--systems", default="ours,before,llama-swap")
+    parser.add_argument(
+        "--systems",
+        help="ours,before,llama-swap (the default); with --budget: ours,exclusive,llama-swap",
+    )
     parser.add_argument("--baseline-rev", default=BASELINE_REV)
+    parser.add_argument(
+        "--ours-rev", help="run ours from a scratch worktree of this commit (default: this tree)"
+    )
+    parser.add_argument(
+        "--budget",
+        type=int,
+        help="the budget mode: a pool of three members of which BUDGET may run at once",
+    )
+    parser.add_argument(
+        "--traces", help="with --budget: only the traces whose names hold one of these (a,b,...)"
+    )
     parser.add_argument("--seconds", type=float, default=45.0, help="each trace's length")
     args = parser.parse_args()
+    if args.budget is not None:
+        _, members, _ = BUDGET_POOL
+        picked = [
+            t
+            for t in BUDGET_TRACES
+            if not args.traces or any(part in t.name for part in args.traces.split(","))
+        ]
+        traces = tuple(Trace(t.name, t.clients, args.seconds) for t in picked)
+        systems = (args.systems or ",".join(BUDGET_SYSTEMS)).split(",")
+        with ours_tree(args.ours_rev) as tree:
+            budget_rows = run_budget(systems, args.budget, traces, tree)
+        print(budget_table(budget_rows, members))
+        return
     traces = tuple(Trace(t.name, t.clients, args.seconds) for t in TRACES)
     rows: list[Row] = []
-    for system in args.systems.split(","):
+    for system in (args.systems or "ours,before,llama-swap").split(","):
         if system == "ours":
-            with pool_system(REPO) as url:
-                rows += run_system(system, url, traces)
+            with ours_tree(args.ours_rev) as tree, pool_system(tree) as served:
+                rows += run_system(system, served.url, traces)
         elif system == "before":
             with (
                 baseline_tree(args.baseline_rev) as tree,
-                pool_system(tree, scheduler=False) as url,
+                pool_system(tree, scheduler=False) as served,
             ):
-                rows += run_system(system, url, traces)
+                rows += run_system(system, served.url, traces)
         elif system == "llama-swap":
-            with llama_swap() as url:
-                rows += run_system(system, url, traces)
+            with llama_swap() as served:
+                rows += run_system(system, served.url, traces)
         else:
             raise SystemExit(f"unknown system {system!r} (ours, before, llama-swap)")
     print(table(rows))
