@@ -162,6 +162,8 @@ class PoolLeases:
         held: dict[str, int] = {}
         oldest: dict[str, float] = {}
         active: dict[str, bool] = {}
+        #: Ours counted; another replica's only known as active: one each.
+        in_flight: dict[str, int] = {member: inflight.count(member) for member in priorities}
         for member, (count, arrived) in local.held(pool).items():
             held[member] = held.get(member, 0) + count
             oldest[member] = min(oldest.get(member, arrived), arrived)
@@ -176,12 +178,14 @@ class PoolLeases:
                     oldest[member] = min(oldest.get(member, arrived), arrived)
                 if entry.active:
                     active[member] = True
+                    in_flight[member] = in_flight.get(member, 0) + 1
         return {
             member: MemberDemand(
                 held=held.get(member, 0),
                 oldest=oldest.get(member),
                 active=active.get(member, False),
                 priority=priority,
+                in_flight=in_flight.get(member, 0),
             )
             for member, priority in priorities.items()
         }

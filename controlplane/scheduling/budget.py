@@ -10,11 +10,16 @@ choice, never "the oldest" and never a member with requests in flight while anot
 
 1. whether it has demand now or a moment ago (held or in-flight requests): evicting it closes
    its admission and makes its clients wait for its next turn;
-2. whether it is inside its ``minResidency`` floor (the anti-thrash setting);
-3. its priority;
-4. its reload time as measured (seconds; an unmeasured member counts as free): what bringing it
+2. how much demand (held and in-flight requests, as counted): a resident that a sparse request
+   just brought in leaves before one that several clients keep busy, even inside its floor
+   (then the turn waits for that floor, as a busy resident's floor is kept in an exclusive
+   pool); without it, a member loaded for one request evicted the busiest resident, which came
+   straight back (measured by ``make bench-fairness BENCH_ARGS="--budget 2"``);
+3. whether it is inside its ``minResidency`` floor (the anti-thrash setting);
+4. its priority;
+5. its reload time as measured (seconds; an unmeasured member counts as free): what bringing it
    back will cost;
-5. how long it has been resident (the longer, the sooner it leaves), then its name, so every
+6. how long it has been resident (the longer, the sooner it leaves), then its name, so every
    replica that sees the same pool picks the same set.
 
 :func:`choose_evictions` takes residents in that order until the target fits, then drops again
@@ -134,11 +139,12 @@ class Resident:
 
 def eviction_cost(
     member: str, resident: Resident, settings: Settings, now: float
-) -> tuple[bool, bool, int, float, float, str]:
+) -> tuple[bool, int, bool, int, float, float, str]:
     """Sort key of a resident: smaller leaves first (the order in the module docstring)."""
     inside_floor = now < resident.since + settings.min_residency
     return (
         resident.demand.wants_slot,
+        resident.demand.held + resident.demand.in_flight,
         inside_floor,
         resident.demand.priority,
         resident.reload,

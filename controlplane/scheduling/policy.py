@@ -43,13 +43,17 @@ class MemberDemand:
     ``held``: requests held for it (not forwarded: it is not resident, or admission to it is
     closed); ``oldest``: when the oldest of them arrived (None when none is held); ``active``: a
     request for it is in flight somewhere, or ended a moment ago (a client looping back to back
-    is demand between two of its requests); ``priority``: the member's priority (higher first).
+    is demand between two of its requests); ``priority``: the member's priority (higher first);
+    ``in_flight``: how many requests are in flight for it, as far as the caller can count (its
+    own, and one for each other replica that reports it active): how much an eviction would
+    interrupt (:mod:`controlplane.scheduling.budget`).
     """
 
     held: int = 0
     oldest: float | None = None
     active: bool = False
     priority: int = 0
+    in_flight: int = 0
 
     def waited(self, now: float) -> float:
         return 0.0 if self.oldest is None else max(0.0, now - self.oldest)

@@ -99,6 +99,22 @@ def test_a_resident_inside_its_floor_stays_while_another_can_leave() -> None:
     assert chosen == ("b",)
 
 
+def test_the_less_busy_resident_leaves_even_inside_its_floor_and_the_turn_waits_for_it() -> None:
+    """a has four requests in flight and has served its floor; b, which one sparse request just
+    brought in, has one. b leaves, not a: evicting a would bring it straight back. The turn
+    waits for b's floor (as a busy resident's floor is kept in an exclusive pool)."""
+    budget = Budget(2, {"a": 1, "b": 1, "c": 1})
+    busy = Resident(0.0, MemberDemand(active=True, in_flight=4))
+    sparse = Resident(98.0, MemberDemand(active=True, in_flight=1))
+    residents = {"a": busy, "b": sparse}
+    assert choose_evictions(budget, "c", residents, S, 100) == ("b",)
+    waiting = {"c": MemberDemand(held=1, oldest=99.5)}
+    turn = next_shared_turn(waiting, residents, budget, S, 100)
+    assert (turn.member, turn.reason, turn.recheck_at) == (None, TurnReason.MIN_RESIDENCY, 108)
+    later = next_shared_turn(waiting, residents, budget, S, 108.5)
+    assert (later.member, later.evict) == ("c", ("b",))
+
+
 def test_the_cheaper_reload_leaves_first() -> None:
     budget = Budget(2, {"a": 1, "b": 1, "c": 1})
     residents = {"a": resident(reload=1.0), "b": resident(reload=9.0)}
