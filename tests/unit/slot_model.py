@@ -13,6 +13,8 @@ from typing import Protocol
 
 from hypothesis import strategies as st
 
+from controlplane.scheduling.policy import Settings
+
 #: The model decides once per step.
 STEP = 0.05
 
@@ -32,6 +34,15 @@ class PoolModel(Protocol):
     def busy(self) -> bool: ...
 
     def step(self, now: float, arrivals: list[Request]) -> None: ...
+
+
+def timings(draw: st.DrawFn) -> tuple[Settings, float, float]:
+    """A pool's bound and floor, its swap time and its longest request (s)."""
+    max_wait = draw(st.sampled_from([2.0, 4.0, 8.0]))
+    min_residency = draw(st.sampled_from([0.0, 1.0, max_wait / 2, max_wait]))
+    swap = draw(st.sampled_from([0.2, 0.5, 1.0]))
+    longest = draw(st.sampled_from([0.1, 0.5, 1.5]))
+    return Settings(max_wait=max_wait, min_residency=min_residency), swap, longest
 
 
 def requests_for(draw: st.DrawFn, names: Sequence[str], longest: float) -> list[Request]:

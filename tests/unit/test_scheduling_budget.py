@@ -24,7 +24,13 @@ from controlplane.scheduling.budget import (
     pool_budget,
 )
 from controlplane.scheduling.policy import MemberDemand, Settings, TurnReason, wait_bound
-from tests.unit.slot_model import Request, assert_served_within, replay, requests_for
+from tests.unit.slot_model import (
+    Request,
+    assert_served_within,
+    replay,
+    requests_for,
+    timings,
+)
 
 S = Settings(max_wait=30.0, min_residency=10.0)
 GI = 1 << 30
@@ -306,13 +312,10 @@ def shared_traces(
     priorities = {n: draw(st.integers(0, 3)) for n in names}
     sizes = {n: draw(st.integers(1, 4)) for n in names}
     capacity = draw(st.integers(max(sizes.values()), sum(sizes.values()) - 1))
-    max_wait = draw(st.sampled_from([2.0, 4.0, 8.0]))
-    min_residency = draw(st.sampled_from([0.0, 1.0, max_wait / 2, max_wait]))
-    swap = draw(st.sampled_from([0.2, 0.5, 1.0]))
-    longest = draw(st.sampled_from([0.1, 0.5, 1.5]))
+    policy, swap, longest = timings(draw)
     requests = requests_for(draw, names, longest)
     return (
-        Settings(max_wait=max_wait, min_residency=min_residency),
+        policy,
         priorities,
         Budget(capacity, sizes),
         swap,

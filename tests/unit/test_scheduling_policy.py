@@ -25,7 +25,13 @@ from controlplane.scheduling.policy import (
     next_turn,
     wait_bound,
 )
-from tests.unit.slot_model import Request, assert_served_within, replay, requests_for
+from tests.unit.slot_model import (
+    Request,
+    assert_served_within,
+    replay,
+    requests_for,
+    timings,
+)
 
 S = Settings(max_wait=30.0, min_residency=10.0)
 
@@ -201,13 +207,10 @@ def traces(draw: st.DrawFn) -> tuple[Settings, dict[str, int], float, float, lis
     count = draw(members_st)
     names = [chr(ord("a") + i) for i in range(count)]
     priorities = {n: draw(st.integers(0, 3)) for n in names}
-    max_wait = draw(st.sampled_from([2.0, 4.0, 8.0]))
-    min_residency = draw(st.sampled_from([0.0, 1.0, max_wait / 2, max_wait]))
-    swap = draw(st.sampled_from([0.2, 0.5, 1.0]))
-    longest = draw(st.sampled_from([0.1, 0.5, 1.5]))
+    policy, swap, longest = timings(draw)
     requests = requests_for(draw, names, longest)
     return (
-        Settings(max_wait=max_wait, min_residency=min_residency),
+        policy,
         priorities,
         swap,
         longest,
