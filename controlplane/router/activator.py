@@ -285,7 +285,6 @@ class Activator:
         while True:
             await anyio.sleep(POLL_SECONDS)
             for pool in self.local.pools():
-                self.schedule.residency(pool)
                 self.schedule.resident_since(pool)
             self.progress.notify()
 

@@ -25,6 +25,7 @@ from controlplane.api.v1alpha1.modelpool import (
     DEFAULT_MAX_WAIT,
     DEFAULT_MIN_RESIDENCY,
     DEFAULT_SWAP_BUDGET,
+    status_residents,
 )
 from controlplane.clock import TimeSource
 from controlplane.router.demand import DEFAULT_ACTIVITY_WINDOW_SECONDS, LocalDemand, PoolLeases
@@ -73,28 +74,24 @@ class PoolSchedule:
         self.clock = clock
         #: A member's measured reload time (s; None: not measured), for the eviction's cost.
         self.reload = reload
-        #: Per pool, the resident and since when we have seen it resident (our clock).
-        self._residency: dict[str, Residency] = {}
-        #: Per pool with a budget, each resident and since when we have seen it so (our clock).
+        #: Per pool, each resident and since when we have seen it so (our clock).
         self._residents: dict[str, dict[str, float]] = {}
-
-    def _resident(self, pool_name: str) -> str:
-        status = (self.view.pool(pool_name) or {}).get("status") or {}
-        return str(status.get("residentMember") or "")
+        #: Per pool, its budget as parsed for a spec generation (the fast path asks for it).
+        self._budgets: dict[str, tuple[object, Budget | None]] = {}
 
     def residents(self, pool_name: str) -> list[str]:
-        """The members the pool names resident (``status.residents``; one, or none, in an
-        exclusive pool)."""
-        status = (self.view.pool(pool_name) or {}).get("status") or {}
-        listed = status.get("residents")
-        if isinstance(listed, list):
-            return [str(m) for m in listed if m]
-        resident = status.get("residentMember")
-        return [str(resident)] if resident else []
+        """The members the pool names resident (one, or none, in an exclusive pool)."""
+        return status_residents((self.view.pool(pool_name) or {}).get("status") or {})
 
     def budget(self, pool_name: str) -> Budget | None:
-        """The pool's capacity and footprints (None: exclusive)."""
-        return pool_budget((self.view.pool(pool_name) or {}).get("spec") or {})
+        """The pool's capacity and footprints (None: exclusive), parsed once per generation."""
+        pool = self.view.pool(pool_name) or {}
+        generation = (pool.get("metadata") or {}).get("generation")
+        known = self._budgets.get(pool_name)
+        if known is None or known[0] != generation or generation is None:
+            known = (generation, pool_budget(pool.get("spec") or {}))
+            self._budgets[pool_name] = known
+        return known[1]
 
     def admission_closed(self, pool_name: str, member: str) -> bool:
         """The turn has passed from ``member``: a live intent on the pool's Lease names another
@@ -107,12 +104,12 @@ class PoolSchedule:
     def residency(self, pool_name: str) -> Residency:
         """The resident and since when we have seen it so (first sight counts as its start: a
         replica that starts late keeps the floor longer, never shorter)."""
-        resident = self._resident(pool_name) or None
-        known = self._residency.get(pool_name)
-        if known is None or known.member != resident:
-            known = Residency(resident, self.clock())
-            self._residency[pool_name] = known
-        return known
+        since = self.resident_since(pool_name)
+        status = (self.view.pool(pool_name) or {}).get("status") or {}
+        resident = status.get("residentMember") or None
+        if resident is None:
+            return Residency(None, self.clock())
+        return Residency(str(resident), since.get(str(resident), self.clock()))
 
     def settings(self, pool_name: str) -> Settings:
         """``spec.scheduling`` as the policy takes it (docs/modelpool.md): an unset bound is
@@ -153,8 +150,7 @@ class PoolSchedule:
         )
 
     def resident_since(self, pool_name: str) -> dict[str, float]:
-        """Of a pool with a budget: each resident and since when we have seen it so (first sight
-        counts as its start, as for :meth:`residency`)."""
+        """Each resident and since when we have seen it so (first sight counts as its start)."""
         now = self.clock()
         known = self._residents.get(pool_name, {})
         current = {m: known.get(m, now) for m in self.residents(pool_name)}

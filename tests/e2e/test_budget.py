@@ -35,6 +35,7 @@ from tests.e2e.test_scheduling import (
     Tenant,
     ask,
     assert_all_answered,
+    run_for,
 )
 from tests.e2e.waiting import eventually
 
@@ -158,13 +159,7 @@ async def test_mixed_load_on_three_members_keeps_the_budget_and_every_bound(
         Tenant(proxies[1], "model-b", (0.2, 1.0)),
         Tenant(proxies[0], "model-c", (0.2, 1.0)),
     ]
-    duration = 30.0
-    async with httpx.AsyncClient(timeout=bound + 30) as http, anyio.create_task_group() as group:
-        for tenant in tenants:
-            group.start_soon(tenant.run, http)
-        await anyio.sleep(duration)
-        for tenant in tenants:
-            tenant.stop = True
+    await run_for(tenants, 30.0, timeout=bound + 30)
     assert_all_answered(tenants, bound + 5)  # the last request may start just before the stop
     served = {t.model: len(t.answers) for t in tenants}
     assert min(served.values()) >= 3, f"a team was starved: {served}"

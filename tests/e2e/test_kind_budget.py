@@ -86,13 +86,11 @@ async def test_a_budget_of_two_keeps_two_members_and_makes_room_for_a_third(
 
         kept = await eventually(c_and_one_other, timeout=60, what="c resident beside one other")
         (left,) = {"a", "b"} - set(kept)
-        gone = await pods_of(admin, namespace, left)
 
         async def pod_gone() -> bool:
             return await pods_of(admin, namespace, left) == []
 
-        if gone:
-            await eventually(pod_gone, timeout=60, what=f"{left}'s pod gone")
+        await eventually(pod_gone, timeout=60, what=f"{left}'s pod gone")
 
         async def two_used() -> bool:
             status = (await admin.get(POOLS, "gpu", namespace)).get("status") or {}

@@ -80,6 +80,16 @@ class Tenant:
                 await anyio.sleep(rng.uniform(low, high))
 
 
+async def run_for(tenants: list[Tenant], seconds: float, timeout: float) -> None:
+    """Every tenant asks, each on its own, for ``seconds``; their last requests are answered."""
+    async with httpx.AsyncClient(timeout=timeout) as http, anyio.create_task_group() as group:
+        for tenant in tenants:
+            group.start_soon(tenant.run, http)
+        await anyio.sleep(seconds)
+        for tenant in tenants:
+            tenant.stop = True
+
+
 async def ask(
     http: httpx.AsyncClient, proxy: RouterProxyProcess, model: str, **extra: object
 ) -> Answer:
@@ -198,12 +208,7 @@ async def test_alternating_demand_swaps_no_more_often_than_min_residency_allows(
     )
     tenants = [Tenant(one, "model-a", (0.2, 1.0)), Tenant(two, "model-b", (0.2, 1.0))]
     duration = 40.0
-    async with httpx.AsyncClient(timeout=bound + 30) as http, anyio.create_task_group() as group:
-        for tenant in tenants:
-            group.start_soon(tenant.run, http)
-        await anyio.sleep(duration)
-        for tenant in tenants:
-            tenant.stop = True
+    await run_for(tenants, duration, timeout=bound + 30)
     swapped = (
         await metric_sum(operator.metrics_url, "modelpool_pool_swaps_completed_total", pool="gpu-0")
         - swaps

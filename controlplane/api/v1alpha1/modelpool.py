@@ -363,6 +363,14 @@ class ModelPoolStatus(ApiObject):
         "MembersValid and SwapDeferred (reasons PodsBusy, IdleCheckFailed)."
     )
 
+    @property
+    def resident_names(self) -> list[str]:
+        """``residents``, or ``residentMember`` alone in a status written before that field
+        (:func:`status_residents` for a status read as a mapping)."""
+        if self.residents:
+            return list(self.residents)
+        return [self.resident_member] if self.resident_member else []
+
 
 @dataclass(kw_only=True)
 class ModelPool(CustomObject):
@@ -439,6 +447,17 @@ def member_slot(pool: ObjectView, member: str) -> str | None:
     """``pool``'s decision about ``member``: ``Granted``, ``Released`` or None (not decided)."""
     slot = _entry(pool, member).get("slot")
     return str(slot) if slot in (SLOT_GRANTED, SLOT_RELEASED) else None
+
+
+def status_residents(status: ObjectView) -> list[str]:
+    """The members a pool's status names resident: ``residents``, or, in a status written before
+    that field, ``residentMember`` alone (the router and the tests read it so;
+    :attr:`ModelPoolStatus.resident_names` is the same for the typed status)."""
+    listed = status.get("residents")
+    if isinstance(listed, list):
+        return [str(m) for m in listed if m]
+    resident = status.get("residentMember")
+    return [str(resident)] if resident else []
 
 
 def member_since(pool: ObjectView, member: str) -> str | None:

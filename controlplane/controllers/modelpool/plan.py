@@ -273,7 +273,7 @@ def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
         residents = [resident] if resident is not None else []
         status.budget = exclusive_budget(slots)
     else:
-        before = status.residents or ([previous] if previous is not None else [])
+        before = status.resident_names
         residents = before if plan.missing else shared_residents(before, owner, members, slots)
         if resident not in residents:
             resident = residents[-1] if residents else None

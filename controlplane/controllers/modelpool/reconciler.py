@@ -247,11 +247,8 @@ class ModelPoolReconciler:
         intent = self.observer.intent(lease)
         owner = choose_owner(names, pool.spec.default, pool.status.resident_member, intent)
         budget = pool_budget(obj.get("spec") or {})
-        residents = pool.status.residents or [
-            m for m in (pool.status.resident_member,) if m is not None
-        ]
-        evict = intent.evict if intent is not None and owner.intent is intent else ()
-        keep = kept_residents(members, residents, owner.name, evict, budget)
+        evict = owner.intent.evict if owner.intent is not None else ()
+        keep = kept_residents(members, pool.status.resident_names, owner.name, evict, budget)
         plan = plan_actions(members, owner.name, keep, budget)
 
         with tracer.start_as_current_span(
