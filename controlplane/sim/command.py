@@ -152,10 +152,10 @@ def serve(settings: SimSettings) -> NoReturn:
     from controlplane.sim.server import run_simulator
 
     anyio.run(run_simulator, settings)
-    _exit_at_once()
+    exit_at_once()
 
 
-def _exit_at_once() -> NoReturn:
+def exit_at_once() -> NoReturn:
     """Exit 0 once the server has stopped, without the interpreter's teardown.
 
     The server has already finished its responses and closed its sockets; what is left is

@@ -10,15 +10,25 @@ between the ``--parallel`` slots; the served name is ``--alias``, else the model
 Only the flags below are accepted; like llama-server, any other is an error naming it, so a member
 whose ``spec.args`` the simulator cannot honour fails at start instead of serving something else.
 ``--sim-load-seconds`` (the node stand-in's per-member load time) is accepted too.
+
+**Router mode**: given ``--models-dir DIR`` and no ``--model``, it is llama-server's router
+(:mod:`controlplane.sim.router`): ``--models-max N`` (llama.cpp's default, 4) and
+``--models-autoload``/``--no-models-autoload`` are read, each model of ``DIR`` is loaded and
+unloaded through ``POST /models/load|unload`` as a child simulator, and the other flags above
+(``--parallel``, ``--ctx-size``, ``--sim-load-seconds``...) are passed on to every child, as the
+real router passes them to its child servers.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import NoReturn
 
 from controlplane.cliargs import seconds
 from controlplane.sim import command as sim_command
+from controlplane.sim.modelsdir import DEFAULT_MODELS_MAX
+from controlplane.sim.routersettings import RouterSettings, child_flags
 from controlplane.sim.settings import DEFAULT_N_CTX, DEFAULT_SLOTS, SimSettings
 
 #: llama-server's ``--threads`` (and ``-t``), accepted and ignored: the simulator computes nothing.
@@ -41,6 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, dest="ignored_" + flag.strip("-"), default=None)
     parser.add_argument("--sim-load-seconds", type=seconds, default=0.0)
     parser.add_argument("--sim-token-seconds", type=seconds, default=0.01)
+    parser.add_argument("--models-dir", default=None, help="router mode: the models' folder")
+    parser.add_argument("--models-max", type=int, default=DEFAULT_MODELS_MAX, help="0: no limit")
+    parser.add_argument(
+        "--models-autoload",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="router mode: a request for a model that is not loaded loads it",
+    )
 
 
 def settings_from(args: argparse.Namespace) -> SimSettings:
@@ -65,6 +83,47 @@ def settings_from(args: argparse.Namespace) -> SimSettings:
     )
 
 
+def router_settings_from(args: argparse.Namespace) -> RouterSettings:
+    """Router mode's settings; the single-model flags given become every child's."""
+    if args.parallel < 1:
+        raise SystemExit(f"error: --parallel must be at least 1, got {args.parallel}")
+    models_dir = Path(args.models_dir)
+    if not models_dir.is_dir():
+        raise SystemExit(f"error: '{models_dir}' does not exist or is not a directory")
+    passed = child_flags(
+        [
+            ("--parallel", args.parallel),
+            ("--ctx-size", args.ctx_size),
+            ("--slot-save-path", args.slot_save_path),
+            ("--no-slots", args.no_slots),
+            ("--metrics", args.metrics),
+            ("--sim-load-seconds", args.sim_load_seconds),
+            ("--sim-token-seconds", args.sim_token_seconds),
+        ]
+    )
+    return RouterSettings(
+        models_dir=models_dir,
+        host=args.host,
+        port=args.port,
+        models_max=args.models_max,
+        autoload=args.models_autoload,
+        child_flags=passed,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the simulator behind llama-server's command line (a member pod's container)."""
+    """Run the simulator behind llama-server's command line (a member pod's container), or its
+    router mode (``--models-dir`` without ``--model``)."""
+    if args.models_dir and not args.model:
+        serve_router(router_settings_from(args))
     sim_command.serve(settings_from(args))
+
+
+def serve_router(settings: RouterSettings) -> NoReturn:
+    """Serve router mode until SIGTERM (its children stopped first), then exit."""
+    import anyio
+
+    from controlplane.sim.router import run_router
+
+    anyio.run(run_router, settings)
+    sim_command.exit_at_once()
