@@ -13,6 +13,11 @@ turn from 503 to 200); :meth:`RunningServer.wait_ready` waits for that.
 
 Both are asked for the same thing: ``slots`` slots of ``slot_context`` tokens each, served as
 ``alias``.
+
+:func:`serve_router` starts either in llama.cpp's **router mode** (``--models-dir`` holding two
+tiny models, :data:`ROUTER_MODELS`, ``--models-max 1 --no-models-autoload``): the real server
+over the two generated models (two seeds), the simulator (``controlplane llama-sim``) over the
+same folder.
 """
 
 from __future__ import annotations
@@ -118,15 +123,7 @@ async def serve(
             url = f"http://127.0.0.1:{port}"
         yield RunningServer(kind, url, alias, slots, slot_context, process, log)
     finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            with anyio.move_on_after(START_TIMEOUT), anyio.CancelScope(shield=True):
-                await process.wait()
-        if process.returncode is None:
-            process.kill()
-            with anyio.CancelScope(shield=True):
-                await process.wait()
-        await process.aclose()
+        await _stop(process)
 
 
 async def _announced_url(process: Process, log: Path) -> str:
@@ -141,6 +138,65 @@ async def _announced_url(process: Process, log: Path) -> str:
     line = seen.split(b"\n", 1)[0].strip()
     assert line.startswith(LISTENING), line
     return line.removeprefix(LISTENING).decode()
+
+
+#: The models of :func:`serve_router`'s folder: name -> the tiny model's seed.
+ROUTER_MODELS = {"tiny-a": 0, "tiny-b": 1}
+
+
+@asynccontextmanager
+async def serve_router(
+    kind: ServerKind, tmp_path: Path, *, slots: int = 2, slot_context: int = 2048
+) -> AsyncIterator[RunningServer]:
+    """One server in router mode over :data:`ROUTER_MODELS` (each a symbolic link in the folder,
+    as the node stand-in lays a slot server's models out), at most one loaded, none loaded
+    unless asked; yielded once it listens, stopped (children too) on the way out."""
+    folder = tmp_path / "router-models"
+    folder.mkdir()
+    for name, seed in ROUTER_MODELS.items():
+        model = tiny_model(TinyModelSpec(seed=seed, context_length=slot_context))
+        (folder / f"{name}.gguf").symlink_to(model)
+    log = tmp_path / f"{kind.value}-router.log"
+    common = [
+        "--models-dir", str(folder), "--models-max", "1", "--no-models-autoload",
+        "--parallel", str(slots), "--ctx-size", str(slots * slot_context), "--threads", "1",
+        "--host", "127.0.0.1",
+    ]  # fmt: skip
+    port = 0 if kind is ServerKind.SIMULATOR else free_port()
+    if kind is ServerKind.SIMULATOR:
+        argv = [sys.executable, "-m", "controlplane.cli", "llama-sim", *common, "--port", "0",
+                "--sim-token-seconds", str(SIM_TOKEN_SECONDS)]  # fmt: skip
+    else:
+        argv = [str(find_llama_server()), *common, "--port", str(port)]
+    with log.open("wb") as stderr:
+        process = await anyio.open_process(
+            argv,
+            stdout=subprocess.PIPE if kind is ServerKind.SIMULATOR else stderr,
+            stderr=stderr,
+        )
+    try:
+        if kind is ServerKind.SIMULATOR:
+            url = await _announced_url(process, log)
+        else:
+            url = f"http://127.0.0.1:{port}"
+        running = RunningServer(kind, url, "", slots, slot_context, process, log)
+        await running.wait_ready()
+        yield running
+    finally:
+        await _stop(process)
+
+
+async def _stop(process: Process) -> None:
+    """SIGTERM, up to :data:`START_TIMEOUT` to exit, then SIGKILL."""
+    if process.returncode is None:
+        process.send_signal(signal.SIGTERM)
+        with anyio.move_on_after(START_TIMEOUT), anyio.CancelScope(shield=True):
+            await process.wait()
+    if process.returncode is None:
+        process.kill()
+        with anyio.CancelScope(shield=True):
+            await process.wait()
+    await process.aclose()
 
 
 def _text(path: Path) -> str:

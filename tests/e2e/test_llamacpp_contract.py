@@ -6,6 +6,10 @@ members. Every test here runs against both servers, started alike (two slots of 
 served under an alias), so the simulator every other test uses is held to what the real server
 does, and the idle probe is tested on the real thing, busy and idle.
 
+The router mode the pool's slot runtime runs (``--models-dir`` with two tiny models, at most one
+loaded, none unless asked) is held to the same: which models it lists and in which state, what a
+load and an unload answer, at the limit too, and what a request for a model not loaded gets.
+
 No Kubernetes here. Assertions are about states and their order, never about durations: a
 "busy" slot is looked at after the stream's first content chunk and before its last, which both
 servers guarantee is while the slot is processing.
@@ -27,7 +31,8 @@ from controlplane.envtest.tinymodel import TinyModelSpec
 from controlplane.probes.idle import IdleOutcome
 from controlplane.probes.llamacpp import SlotsProbe
 from controlplane.sim.metrics import COUNTERS, GAUGES, parse_text
-from tests.e2e.llamaservers import RunningServer, ServerKind, serve
+from tests.e2e.llamaservers import ROUTER_MODELS, RunningServer, ServerKind, serve, serve_router
+from tests.e2e.waiting import eventually
 
 # Marked here, not only by conftest after collection: anyio must see the mark while pytest
 # parametrizes, or the server parameters are lost.
@@ -366,3 +371,105 @@ async def test_metrics_with_the_flag_are_the_same_families_counting_the_same_tok
     assert families["llamacpp:tokens_predicted_total"][1] == 5
     assert families["llamacpp:prompt_tokens_total"][1] > 0
     assert families["llamacpp:requests_processing"][1] == 0
+
+
+# -- router mode -----------------------------------------------------------------------------------
+
+
+def invalid(message: str) -> dict[str, Any]:
+    return {"error": {"code": 400, "message": message, "type": "invalid_request_error"}}
+
+
+async def model_states(client: httpx.AsyncClient) -> dict[str, str]:
+    answer = await client.get("/models")
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["object"] == "list"
+    return {model["id"]: model["status"]["value"] for model in body["data"]}
+
+
+async def settle(client: httpx.AsyncClient, expected: dict[str, str]) -> None:
+    async def reached() -> bool:
+        return await model_states(client) == expected
+
+    await eventually(reached, timeout=60, interval=0.02, what=f"/models to say {expected}")
+
+
+@KINDS
+async def test_router_mode_loads_one_model_at_a_time_and_refuses_what_is_not_loaded(
+    server_kind: ServerKind, tmp_path: Path
+) -> None:
+    """What the pool controller reads and does with a slot server: ``data[].id`` and
+    ``data[].status.value`` of ``/models``, ``POST /models/load|unload`` and their errors'
+    ``error.message`` and ``error.type``, ``/slots`` of a loaded model through the router."""
+    a, b = ROUTER_MODELS
+    async with (
+        serve_router(server_kind, tmp_path) as server,
+        httpx.AsyncClient(base_url=server.url, timeout=60.0) as client,
+    ):
+        assert (await client.get("/health")).status_code == 200
+        assert await model_states(client) == {a: "unloaded", b: "unloaded"}
+        assert (await client.get("/v1/models")).json()["data"][0]["id"] == a
+
+        load_a = await client.post("/models/load", json={"model": a})
+        assert (load_a.status_code, load_a.json()) == (200, {"success": True})
+        await settle(client, {a: "loaded", b: "unloaded"})
+
+        slots_a = await client.get("/slots", params={"model": a, "autoload": "false"})
+        assert slots_a.status_code == 200, slots_a.text
+        assert [slot["id"] for slot in slots_a.json()] == list(range(server.slots))
+        slots_b = await client.get("/slots", params={"model": b, "autoload": "false"})
+        assert (slots_b.status_code, slots_b.json()) == (400, invalid("model is not loaded"))
+        chat_b = await client.post(
+            "/v1/chat/completions", json={**chat(stream=False, max_tokens=2), "model": b}
+        )
+        assert (chat_b.status_code, chat_b.json()) == (400, invalid("model is not loaded"))
+
+        again = await client.post("/models/load", json={"model": a})
+        assert (again.status_code, again.json()) == (400, invalid("model is already running"))
+
+        # At --models-max 1 with the loaded model idle, it is unloaded (and waited for) first.
+        load_b = await client.post("/models/load", json={"model": b})
+        assert (load_b.status_code, load_b.json()) == (200, {"success": True})
+        assert (await model_states(client))[a] == "unloaded"
+        await settle(client, {a: "unloaded", b: "loaded"})
+
+        unload_b = await client.post("/models/unload", json={"model": b})
+        assert (unload_b.status_code, unload_b.json()) == (200, {"success": True})
+        await settle(client, {a: "unloaded", b: "unloaded"})
+        twice = await client.post("/models/unload", json={"model": b})
+        assert (twice.status_code, twice.json()) == (400, invalid("model is not running"))
+
+        unknown = await client.post("/models/load", json={"model": "no-such-model"})
+        assert (unknown.status_code, unknown.json()) == (
+            404,
+            {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}},
+        )
+        unknown_unload = await client.post("/models/unload", json={"model": "no-such-model"})
+        assert (unknown_unload.status_code, unknown_unload.json()) == (
+            400,
+            invalid("model is not found"),
+        )
+
+
+@KINDS
+async def test_router_mode_at_the_limit_with_a_model_still_loading_refuses_the_load(
+    server_kind: ServerKind, tmp_path: Path
+) -> None:
+    """A loading model cannot give way: the second load is the limit's 500, the first goes on."""
+    a, b = ROUTER_MODELS
+    async with (
+        serve_router(server_kind, tmp_path) as server,
+        httpx.AsyncClient(base_url=server.url, timeout=60.0) as client,
+    ):
+        assert (await client.post("/models/load", json={"model": a})).status_code == 200
+        refused = await client.post("/models/load", json={"model": b})
+        assert (refused.status_code, refused.json()["error"]) == (
+            500,
+            {
+                "code": 500,
+                "message": "model limit reached, try again later",
+                "type": "server_error",
+            },
+        )
+        await settle(client, {a: "loaded", b: "unloaded"})
