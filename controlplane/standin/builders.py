@@ -26,7 +26,10 @@ Which Deployments are played (:func:`pod_role`): the operator's (labelled
 ``inference.modelpool.dev/inferenceservice``: one simulator or real llama-server, at most one
 pod, after its init containers) or a **router-proxy** (labelled
 ``inference.modelpool.dev/modelrouter``: ``spec.replicas`` pods, each a ``controlplane
-router-proxy`` process). The operator's pods that no Deployment owns (a Job's) are played by
+router-proxy`` process) or a **slot server** (labelled ``inference.modelpool.dev/slot-server``
+with its pool's name: llama-server in router mode over the models mounted into its
+``--models-dir``, at most one pod: :mod:`controlplane.standin.slotserver`). The operator's pods
+that no Deployment owns (a Job's) are played by
 :mod:`controlplane.standin.jobs`. The labels are the operator's, repeated here: the stand-in
 knows nothing of the controllers.
 """
@@ -56,6 +59,7 @@ from controlplane.standin.podstatus import (
 from controlplane.standin.podstatus import (
     condition as _condition,
 )
+from controlplane.standin.slotserver import SLOT_SERVER_LABEL
 from controlplane.standin.volumes import Mount, local_path
 
 # The pod statuses a kubelet writes were here; they are podstatus's now, and still importable
@@ -103,6 +107,14 @@ class PodRole(enum.Enum):
     MEMBER = "member"
     #: A router-proxy replica: ``controlplane router-proxy`` as the pod's ServiceAccount.
     ROUTER_PROXY = "router-proxy"
+    #: A pool's slot server: llama-server in router mode (real or simulated), at most one pod,
+    #: Recreate, as a member.
+    SLOT_SERVER = "slot-server"
+
+    @property
+    def one_gpu(self) -> bool:
+        """A model server on the one simulated GPU: at most one pod, the old one gone first."""
+        return self is not PodRole.ROUTER_PROXY
 
 
 def pod_role(deployment: Mapping[str, Any]) -> PodRole | None:
@@ -115,12 +127,14 @@ def pod_role(deployment: Mapping[str, Any]) -> PodRole | None:
         return PodRole.MEMBER
     if labels.get(ROUTER_LABEL):
         return PodRole.ROUTER_PROXY
+    if labels.get(SLOT_SERVER_LABEL):
+        return PodRole.SLOT_SERVER
     return None
 
 
 def max_replicas(role: PodRole) -> int | None:
-    """A member is capped at one pod (one simulated GPU); proxies are not capped."""
-    return MEMBER_MAX_REPLICAS if role is PodRole.MEMBER else None
+    """A member or slot server is capped at one pod (one simulated GPU); proxies are not."""
+    return MEMBER_MAX_REPLICAS if role.one_gpu else None
 
 
 def template_hash(deployment: Mapping[str, Any]) -> str:

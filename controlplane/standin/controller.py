@@ -286,7 +286,7 @@ class NodeStandIn:
             if (deleted := await self._delete_pod(pod)) is not None and is_terminating(deleted):
                 marked.append(deleted)
         live = [pod for pod in keep if pod not in doomed]
-        if role is PodRole.MEMBER:
+        if role.one_gpu:
             if desired and not live and not pods:  # Recreate: nothing of the old one is left
                 live = [await self._create_pod(deployment, hash_)]
         else:
@@ -403,6 +403,8 @@ class NodeStandIn:
                             model_source(container))  # fmt: skip
                 return
             process = await self.servers.member(pod, container, mounts, env)
+        elif role is PodRole.SLOT_SERVER:
+            process = await self.servers.slot_server(pod, container, mounts, env)
         else:
             process = await self.servers.proxy(pod, container, mounts, env)
         server.begin(process)

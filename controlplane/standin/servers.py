@@ -11,7 +11,8 @@ slots and context read from them (:func:`~controlplane.standin.builders.server_a
 ``--slot-save-path`` is the container path's folder here, made as a kubelet makes a
 ``DirectoryOrCreate`` hostPath. A router-proxy is ``controlplane router-proxy`` as the pod's
 ServiceAccount (:mod:`controlplane.standin.tokens`), its arguments rewritten to the pod's volumes
-(the API keys' Secret volume).
+(the API keys' Secret volume). A slot server is llama-server's router mode, real or simulated,
+over its ``--models-dir`` laid out here (:mod:`controlplane.standin.slotserver`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,15 @@ from controlplane.standin.process import (
     simulator_argv,
 )
 from controlplane.standin.settings import NodeSettings
+from controlplane.standin.slotserver import (
+    SLOT_SERVER_LABEL,
+    lay_out_models_dir,
+    model_links,
+    models_dir,
+    real_router_argv,
+    sim_router_argv,
+    slot_server_env,
+)
 from controlplane.standin.tokens import service_account_token, write_token_kubeconfig
 from controlplane.standin.volumes import Mount, local_path, rewrite_args
 
@@ -161,6 +171,43 @@ class ServerLauncher:
             raise RuntimeError(f"pod {meta['namespace']}/{meta['name']}: simulator: {err}") from err
         log.info("pod %s/%s: simulator for %s on %s", meta["namespace"], meta["name"],
                  args.model_name, url)  # fmt: skip
+        return process
+
+    async def slot_server(
+        self,
+        pod: Mapping[str, Any],
+        container: Mapping[str, Any],
+        mounts: Sequence[Mount],
+        env: Mapping[str, str],
+    ) -> PodProcess:
+        """llama-server in router mode over the pod's models, laid out in a folder of the pod's
+        (one link per model mount); the real one when the stand-in has it and every model is a
+        GGUF file here, else the simulator's router mode."""
+        meta = pod["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        args = [str(a) for a in container.get("args") or ()]
+        links = model_links(mounts, models_dir(args) or "/models")
+        here = self.settings.scratch(namespace, name) / "models-dir"
+        await anyio.to_thread.run_sync(lay_out_models_dir, here, links)
+        rewritten = rewrite_args(args, mounts)
+        port = free_port()
+        binary = self.settings.llama_server
+        targets = [str(target) for target in links.values()]
+        real = binary is not None and all(
+            [await anyio.to_thread.run_sync(is_gguf, target) for target in targets]
+        )
+        if binary is not None and real:
+            argv = real_router_argv(binary, rewritten, here=here, port=port)
+        else:
+            argv = sim_router_argv(rewritten, here=here, port=port,
+                                   load_seconds=self.settings.load_seconds,
+                                   token_seconds=self.settings.token_seconds)  # fmt: skip
+        pool = (meta.get("labels") or {}).get(SLOT_SERVER_LABEL, "")
+        identity = slot_server_env(namespace, name, pool)
+        process = LlamaServerProcess(argv, self._log(pod, container), port, env={**env, **identity})
+        url = await process.start()
+        log.info("pod %s/%s: %s router over %s on %s", namespace, name,
+                 "llama-server" if real else "simulator", ", ".join(links), url)  # fmt: skip
         return process
 
     async def proxy(
