@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 from controlplane.envtest.llamaserver import find_llama_server
@@ -560,3 +561,138 @@ async def test_a_stand_in_that_died_leaves_its_pods_to_the_next_one(
     gone = await eventually(failed, timeout=TIMEOUT, what="the job's lost pod to fail")
     end = terminated(gone["status"]["containerStatuses"][0])
     assert (end["exitCode"], end["reason"]) == (137, "ContainerStatusUnknown"), "Never: not rerun"
+
+
+# -- slot server pods ------------------------------------------------------------------------------
+
+SLOT_SERVER = "inference.modelpool.dev/slot-server"
+#: The slot server's models folder, as its container sees it.
+MODELS_DIR = "/models"
+#: Where the node keeps the slot server's model files (hostPath).
+SLOT_MODELS = "/var/lib/modelpool/slots"
+
+
+def slot_server_deployment(pool: str, models: list[str]) -> Object:
+    """A pool's slot server as the operator makes it: llama-server in router mode, each model a
+    hostPath ``File`` volume mounted at ``MODELS_DIR/NAME.gguf``."""
+    labels = {**MANAGED, SLOT_SERVER: pool}
+    args = "--models-dir /models --models-max 1 --no-models-autoload --host 0.0.0.0 --port 8080"
+    container = {
+        "name": "server",
+        "image": "llama-server",
+        "args": [*args.split(), "--parallel", "2"],
+        "ports": [{"name": "http", "containerPort": 8080}],
+        "volumeMounts": [
+            {"name": name, "mountPath": f"{MODELS_DIR}/{name}.gguf", "readOnly": True}
+            for name in models
+        ],
+    }
+    volumes = [
+        {"name": name, "hostPath": {"path": f"{SLOT_MODELS}/{name}.gguf", "type": "File"}}
+        for name in models
+    ]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": f"{pool}-slots", "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": {SLOT_SERVER: pool}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [container], "volumes": volumes},
+            },
+        },
+    }
+
+
+def runs(pid: int, binary: Path) -> bool:
+    return os.readlink(f"/proc/{pid}/exe") == str(binary.resolve())
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+async def test_a_slot_server_pod_runs_the_router_over_its_mounted_models_and_stops_them_all(
+    admin: KubeClient, namespace: str, node: NodeStandInProcess, tmp_path: Path
+) -> None:
+    for name in ("a", "b"):
+        model = node_folder(tmp_path, f"{SLOT_MODELS}/{name}.gguf")
+        model.parent.mkdir(parents=True, exist_ok=True)
+        model.write_bytes(b"not a real model: the simulator's router plays it")
+    await slot_server_loads_a_model_and_stops(admin, namespace)
+
+
+async def test_a_slot_server_pod_runs_the_real_router_when_its_models_are_gguf(
+    cluster: TestCluster,
+    admin: KubeClient,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+) -> None:
+    binary = find_llama_server()  # a missing build fails here, saying how to build it
+    start_node(cluster, tmp_path, started, namespace=namespace, llama_server=binary, monitor=False)
+    for seed, name in enumerate(("a", "b")):
+        model = node_folder(tmp_path, f"{SLOT_MODELS}/{name}.gguf")
+        model.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(tiny_model(TinyModelSpec(seed=seed, context_length=512)), model)
+    await slot_server_loads_a_model_and_stops(admin, namespace, binary)
+
+
+async def slot_server_loads_a_model_and_stops(
+    admin: KubeClient, namespace: str, binary: Path | None = None
+) -> int:
+    """Create pool ``p``'s slot server over models ``a`` and ``b``; once Ready, load ``a`` through
+    it; delete the pod: the router and its child are gone. The router's pid (it was ``binary``
+    when given)."""
+    await admin.create(DEPLOYMENTS, slot_server_deployment("p", ["a", "b"]), namespace)
+
+    async def ready_pod() -> Object | None:
+        pods = (await admin.list(PODS, namespace, label_selector=f"{SLOT_SERVER}=p")).items
+        for pod in pods:
+            conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions") or ()}
+            if conditions.get("Ready") == "True":
+                return pod
+        return None
+
+    pod = await eventually(ready_pod, timeout=TIMEOUT, what="the slot server's pod Ready")
+    (server,) = pod["status"]["containerStatuses"]
+    pid = int(server["containerID"].removeprefix("sim://"))
+    if binary is not None:
+        assert runs(pid, binary)
+    argv = cmdline(pid)
+    assert argv[argv.index("--models-dir") + 1] != MODELS_DIR, "--models-dir laid out here"
+    assert environ(pid)["MODELPOOL_SLOT_SERVER"] == f"{namespace}/p"
+    url = f"http://127.0.0.1:{argv[argv.index('--port') + 1]}"
+
+    async with httpx.AsyncClient(base_url=url, timeout=10.0) as client:
+        listed = (await client.get("/models")).json()["data"]
+        assert {m["id"]: m["status"]["value"] for m in listed} == {"a": "unloaded", "b": "unloaded"}
+        assert (await client.post("/models/load", json={"model": "a"})).json() == {"success": True}
+
+        async def loaded() -> bool:
+            listed = (await client.get("/models")).json()["data"]
+            return bool({m["id"]: m["status"]["value"] for m in listed}["a"] == "loaded")
+
+        await eventually(loaded, timeout=TIMEOUT, what="model a loaded")
+    children = children_of(pid)
+    assert children, "the loaded model is a child process of the router"
+
+    await admin.delete(PODS, pod["metadata"]["name"], namespace)
+
+    async def gone() -> bool:
+        return not alive(pid) and not any(alive(child) for child in children)
+
+    await eventually(gone, timeout=TIMEOUT, what="the router and its children gone")
+    return pid
