@@ -49,7 +49,6 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from controlplane.runtime.httpserver import bind, serve
 from controlplane.sim import payloads
 from controlplane.sim.app import JSONBody
 from controlplane.sim.errors import InvalidRequest, MalformedJSON, RouteNotFound, SimError
@@ -63,7 +62,7 @@ from controlplane.sim.modelsdir import (
 )
 from controlplane.sim.routerchild import ChildServer, child_argv
 from controlplane.sim.routersettings import RouterSettings
-from controlplane.sim.server import LISTENING_PREFIX, base_url, print_line
+from controlplane.sim.server import LISTENING_PREFIX, base_url, bind, print_line, serve
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,10 @@ from collections.abc import Callable
 
 import anyio
 
-from controlplane.runtime.httpserver import bind, serve
+# Re-exported: the router mode (controlplane.sim.router) binds and serves the same way, and the
+# simulator's one way into the framework is this module (the import contract in pyproject.toml).
+from controlplane.runtime.httpserver import bind as bind
+from controlplane.runtime.httpserver import serve as serve
 from controlplane.sim.app import build_app
 from controlplane.sim.model import SimulatedModel
 from controlplane.sim.settings import SimSettings
