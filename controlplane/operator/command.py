@@ -23,6 +23,9 @@ from controlplane.controllers.inferenceservice.network import (
     parse_labels,
 )
 from controlplane.controllers.inferenceservice.weights import DEFAULT_MODEL_CACHE_PATH
+from controlplane.controllers.modelpool.slotruntime import (
+    DEFAULT_POLL_SECONDS as DEFAULT_SLOT_SERVER_POLL_SECONDS,
+)
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE
 from controlplane.operator.settings import (
     DEFAULT_LEASE_DURATION,
@@ -160,6 +163,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"member on the node (default {DEFAULT_MODEL_CACHE_PATH})",
     )
     parser.add_argument(
+        "--slot-server-poll",
+        type=positive_float,
+        default=DEFAULT_SLOT_SERVER_POLL_SECONDS,
+        help="how often a pool with a slot server reads its /models while a load or an unload "
+        f"is under way (it has no watch; default {DEFAULT_SLOT_SERVER_POLL_SECONDS:g}s)",
+    )
+    parser.add_argument(
         "--fetch-image",
         default=os.environ.get("MODELPOOL_FETCH_IMAGE", ""),
         help="image that downloads weights (controlplane fetch-model; $MODELPOOL_FETCH_IMAGE; "
@@ -184,6 +194,7 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
         pod_name=os.environ.get("POD_NAME", ""),
         model_cache_path=args.model_cache_path,
         fetch_image=args.fetch_image,
+        slot_server_poll_seconds=args.slot_server_poll,
         fetch_env=tuple(args.fetch_env),
         member_network_policies=args.member_network_policies,
         member_network_policy_operator_labels=args.member_network_policy_operator_labels,

@@ -88,7 +88,12 @@ def build_manager(settings: OperatorSettings) -> tuple[Manager, PreflightGate]:
         allow_namespaces=settings.member_network_policy_allow_namespaces,
     )
     setup_inference_service_controller(manager, identity, placement=placement, network=network)
-    setup_model_pool_controller(manager, identity)
+    setup_model_pool_controller(
+        manager,
+        identity,
+        placement=WeightsPlacement(settings.model_cache_path),
+        slot_server_poll_seconds=settings.slot_server_poll_seconds,
+    )
     proxy_image = ProxyImage(
         manager.client,
         configured=settings.proxy_image,

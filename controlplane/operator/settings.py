@@ -12,6 +12,9 @@ from pathlib import Path
 
 from controlplane.controllers.inferenceservice.network import DEFAULT_OPERATOR_POD_LABELS
 from controlplane.controllers.inferenceservice.weights import DEFAULT_MODEL_CACHE_PATH
+from controlplane.controllers.modelpool.slotruntime import (
+    DEFAULT_POLL_SECONDS as DEFAULT_SLOT_SERVER_POLL_SECONDS,
+)
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE
 
 #: The operator's leader-election Lease, in its own namespace.
@@ -54,6 +57,8 @@ class OperatorSettings:
     pod_name: str = ""
     #: The node folder downloaded weights are cached in (a hostPath on every node).
     model_cache_path: str = DEFAULT_MODEL_CACHE_PATH
+    #: How often a pool with a slot server reads it while it waits on a load or an unload.
+    slot_server_poll_seconds: float = DEFAULT_SLOT_SERVER_POLL_SECONDS
     #: The image of the weights' fetcher (``controlplane fetch-model``); empty means the
     #: operator's own, as for the proxy.
     fetch_image: str = ""

@@ -36,4 +36,8 @@ class IdleReport:
 class IdleProbe(Protocol):
     """Asks the server at ``base_url`` whether it is idle; never raises, always times out."""
 
-    async def probe(self, base_url: str, *, member: str = "") -> IdleReport: ...
+    async def probe(
+        self, base_url: str, *, member: str = "", model: str | None = None
+    ) -> IdleReport:
+        """``model``: of a router-mode server holding several models, the one to ask about."""
+        ...

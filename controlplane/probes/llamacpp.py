@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final
+from urllib.parse import urlencode
 
 import anyio
 import httpx
@@ -121,8 +122,13 @@ class SlotsProbe:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def probe(self, base_url: str, *, member: str = "") -> IdleReport:
+    async def probe(
+        self, base_url: str, *, member: str = "", model: str | None = None
+    ) -> IdleReport:
         url = base_url.rstrip("/") + SLOTS_PATH
+        if model is not None:
+            # A router-mode server answers for one of its models, and must not load it to do so.
+            url += "?" + urlencode({"model": model, "autoload": "false"})
         attributes = {"http.request.method": "GET", "url.full": url, "modelpool.member": member}
         with tracer.start_as_current_span(
             "slots probe", kind=trace.SpanKind.CLIENT, attributes=attributes

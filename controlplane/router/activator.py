@@ -305,11 +305,22 @@ class Activator:
         self.schedule.residency(pool_name)
         if self.schedule.admission_closed(pool_name, member):
             return None
-        isvc = self.view.isvc(member)
-        if isvc is None or (isvc.get("status") or {}).get("phase") != PHASE_READY:
+        if not self._serving(pool_name, member):
             return None
         urls = self.view.member_urls(member)
         return urls[0] if urls else None
+
+    def _serving(self, pool_name: str, member: str) -> bool:
+        """The member's server is up: its InferenceService is Ready, or, of a pool with a slot
+        server, the pool's own entry says its model is loaded there (one watch event sooner than
+        the InferenceService, which copies it)."""
+        pool = self.view.pool(pool_name) or {}
+        if (pool.get("spec") or {}).get("slotServer"):
+            entries = (pool.get("status") or {}).get("members") or ()
+            phase = next((e.get("phase") for e in entries if e.get("name") == member), None)
+            return bool(phase == PHASE_READY)
+        isvc = self.view.isvc(member)
+        return isvc is not None and (isvc.get("status") or {}).get("phase") == PHASE_READY
 
     def budget(self, pool_name: str) -> float:
         pool = self.view.pool(pool_name) or {}

@@ -158,7 +158,10 @@ def _rules(node: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_cel_rules_cover_what_a_schema_cannot_say_and_name_their_field() -> None:
     pool_spec = schema(ModelPool)["properties"]["spec"]
-    default_rule, bound_below_budget, footprints_declared = _rules(pool_spec)
+    default_rule, bound_below_budget, one_model_server, footprints_declared = _rules(pool_spec)
+    assert one_model_server["fieldPath"] == ".slotServer"
+    assert one_model_server["reason"] == "FieldValueForbidden"
+    assert "spec.capacity" in one_model_server["message"]
     assert footprints_declared["fieldPath"] == ".members"
     assert "spec.members[].gpuMemory" in footprints_declared["message"]
     (one_kind_of_capacity,) = _rules(pool_spec["properties"]["capacity"])

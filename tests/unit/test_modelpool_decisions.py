@@ -304,7 +304,9 @@ class FailingProbe:
     def __init__(self) -> None:
         self.probed: list[str] = []
 
-    async def probe(self, base_url: str, *, member: str = "") -> IdleReport:
+    async def probe(
+        self, base_url: str, *, member: str = "", model: str | None = None
+    ) -> IdleReport:
         self.probed.append(base_url)
         return IdleReport(IdleOutcome.FAILED, "/slots answered 500")
 

@@ -14,12 +14,14 @@ from typing import Any, ClassVar, Final
 from controlplane.api.fields import Rule, api_field
 from controlplane.api.struct import ApiObject
 from controlplane.api.v1alpha1.conditions import Condition, conditions_field
+from controlplane.api.v1alpha1.inferenceservice import DEFAULT_IMAGE, DEFAULT_PORT
 from controlplane.api.v1alpha1.meta import (
     AGE,
     DURATION_PATTERN,
     CustomObject,
     LocalObjectReference,
     PrinterColumn,
+    ResourceRequirements,
     dns_label,
 )
 from controlplane.runtime.objects import ObjectView
@@ -39,6 +41,15 @@ DEFAULT_MIN_RESIDENCY: Final = "10s"
 MAX_PRIORITY: Final = 1000
 #: Members in one pool: a bound that also keeps the uniqueness rule's CEL cost small.
 MAX_MEMBERS: Final = 32
+#: The slot server's image and port when ``spec.slotServer`` names none: a member's defaults.
+DEFAULT_SLOT_SERVER_IMAGE: Final = DEFAULT_IMAGE
+DEFAULT_SLOT_SERVER_PORT: Final = DEFAULT_PORT
+#: Where the slot server finds its models (``--models-dir``): each member's file as
+#: ``<spec.model.name>.gguf`` (docs/modelpool.md, "One slot server").
+SLOT_SERVER_MODELS_DIR: Final = "/var/lib/modelpool/slot-models"
+#: A member's model name, as the slot server's file name stem (llama.cpp names a model of
+#: ``--models-dir`` by its file name): no path separator, no leading dot.
+SLOT_SERVER_MODEL_NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
 #: Longest quantity string accepted (``24Gi``, ``80G``, ``17179869184``): bounds the CEL cost.
 MAX_QUANTITY_LENGTH: Final = 32
 
@@ -132,6 +143,36 @@ class CapacitySpec(ApiObject):
     )
 
 
+@dataclass(kw_only=True)
+class SlotServerSpec(ApiObject):
+    """The pool's slot as one long-lived llama.cpp server in router mode: models are loaded and
+    unloaded in it instead of member pods being started and stopped (docs/modelpool.md, "One
+    slot server")."""
+
+    image: str | None = api_field(
+        "Container image of the slot server (llama.cpp's server); every member runs in it.",
+        default=DEFAULT_SLOT_SERVER_IMAGE,
+        min_length=1,
+    )
+    args: list[str] = api_field(
+        "Extra llama-server arguments, given to every member's model (--ctx-size, --parallel, "
+        "-ngl ...); a member's own spec.args do not apply in a slot server.",
+        default_factory=list,
+        list_type="atomic",
+        max_items=64,
+    )
+    port: int | None = api_field(
+        "Port the slot server listens on.",
+        default=DEFAULT_SLOT_SERVER_PORT,
+        format="int32",
+        minimum=1,
+        maximum=65535,
+    )
+    resources: ResourceRequirements | None = api_field(
+        "Compute resources of the slot server's pod (the pool's GPU request)."
+    )
+
+
 def _duration(description: str, default: str | None, *, positive: bool) -> Any:
     bound = "> duration('0s')" if positive else ">= duration('0s')"
     return api_field(
@@ -203,6 +244,13 @@ class ModelPoolSpec(ApiObject):
             reason="FieldValueInvalid",
         ),
         Rule(
+            "!has(self.slotServer) || !has(self.capacity)",
+            "spec.slotServer and spec.capacity cannot be set together: a slot server holds one "
+            "model at a time",
+            field_path=".slotServer",
+            reason="FieldValueForbidden",
+        ),
+        Rule(
             "!has(self.capacity) || !has(self.capacity.gpuMemory) || "
             "!isQuantity(self.capacity.gpuMemory) || self.members.all(m, has(m.gpuMemory) && "
             "isQuantity(m.gpuMemory) && "
@@ -253,6 +301,11 @@ class ModelPoolSpec(ApiObject):
         "How the slot's turn passes between members: maxWait (the bound), minResidency (the "
         "floor); defaults apply when absent.",
         default={},
+    )
+    slot_server: SlotServerSpec | None = api_field(
+        "Run the slot as one long-lived llama.cpp server in router mode, loading and unloading "
+        "members' models in it (no pod started or stopped by a swap). Unset: each member runs "
+        "in pods of its own."
     )
     capacity: CapacitySpec | None = api_field(
         "Several residents at once: how many members, or how much GPU memory, may run together. "

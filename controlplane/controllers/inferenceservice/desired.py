@@ -14,6 +14,7 @@ the InferenceService cascades through the garbage collector) and the labels of
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 from controlplane.api.v1alpha1 import InferenceService
@@ -256,8 +257,11 @@ def desired_deployment(
     )
 
 
-def desired_service(isvc: InferenceService) -> dict[str, Any]:
-    """The ClusterIP Service in front of the server, as a server-side apply body."""
+def desired_service(
+    isvc: InferenceService, selector: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The ClusterIP Service in front of the server, as a server-side apply body; ``selector``:
+    the pods it selects when not the member's own (a pool's slot server)."""
     return with_spec_hash(
         {
             "apiVersion": "v1",
@@ -265,7 +269,7 @@ def desired_service(isvc: InferenceService) -> dict[str, Any]:
             "metadata": _metadata(isvc),
             "spec": {
                 "type": "ClusterIP",
-                "selector": selector_labels(isvc.name),
+                "selector": dict(selector) if selector else selector_labels(isvc.name),
                 "ports": [
                     {
                         "name": PORT_NAME,

@@ -114,6 +114,7 @@ from controlplane.controllers.inferenceservice.status import (
     compute_phase,
     desired_status,
     explain_hold,
+    served_phase,
     status_changed,
 )
 from controlplane.controllers.inferenceservice.weights import (
@@ -130,8 +131,10 @@ from controlplane.controllers.modelpool.grant import (
     decision_seen,
     deployment_replicas,
     member_slots,
+    slot_server_pool,
     withheld_by,
 )
+from controlplane.controllers.modelpool.slotserver import member_service_selector
 from controlplane.probes.slotcache import RESTORE, SAVE, CacheOutcome, CacheReport, SlotCacheClient
 from controlplane.runtime.cache import NAMESPACE_INDEX, Object
 from controlplane.runtime.client import STRATEGIC_MERGE_PATCH, KubeClient
@@ -183,6 +186,8 @@ class Replicas:
     obj: Object
     #: The pool decision ``count`` follows, to acknowledge once applied (``status.poolDecision``).
     decision: dict[str, Any] | None = None
+    #: The pool that serves it from its slot server, if one does: its own Deployment stays at 0.
+    slot_server: Mapping[str, Any] | None = None
 
 
 class InferenceServiceReconciler:
@@ -301,14 +306,18 @@ class InferenceServiceReconciler:
                 elif replicas.count > 0:
                     self._lowered.discard(key)
                 log.info("%s: applied Deployment (replicas %d)", key, replicas.count)
-            wanted = desired_service(isvc)
+            served = replicas.slot_server
+            selector = member_service_selector(served["metadata"]["name"]) if served else None
+            wanted = desired_service(isvc, selector)
             if needs_apply(service, wanted):
                 await self.client.apply(SERVICES, wanted, field_manager=FIELD_MANAGER, force=True)
                 log.info("%s: applied Service", key)
             isvc, restore_requeue = await self._restore_kv_cache(key, isvc)
             requeue = _sooner(requeue, restore_requeue)
         decision = compute_phase(replicas.count, deployment, self._pod_count(isvc), conflict)
-        decision = explain_hold(decision, replicas.hold)
+        decision = served_phase(
+            explain_hold(decision, replicas.hold), replicas.slot_server, isvc.name
+        )
         if replicas.hold.settling:
             requeue = min(requeue or replicas.hold.settle_seconds, replicas.hold.settle_seconds)
         settle = Result(requeue_after=requeue) if requeue is not None else Result()
@@ -412,8 +421,11 @@ class InferenceServiceReconciler:
         if not weights.ready:
             count = 0
             hold = replace(hold, weights=weights.message, weights_failed=weights.failed)
+        served = slot_server_pool(pools, meta["name"])
+        if served is not None:
+            count = 0  # its model runs in the pool's slot server
         decision = decision_seen(pools, meta["name"], None)
-        return Replicas(count, hold, listing, obj, decision)
+        return Replicas(count, hold, listing, obj, decision, served)
 
     async def _confirm_raise(
         self,

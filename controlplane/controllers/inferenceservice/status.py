@@ -189,6 +189,38 @@ def explain_hold(decision: PhaseDecision, hold: Hold) -> PhaseDecision:
     return decision
 
 
+#: A member of a pool with a slot server: its model's state there (the pool's ``members[].phase``).
+REASON_LOADED: Final = "LoadedInSlotServer"
+REASON_LOADING: Final = "LoadingInSlotServer"
+REASON_LOAD_FAILED: Final = "SlotServerLoadFailed"
+REASON_NOT_LOADED: Final = "NotLoaded"
+
+
+def served_phase(
+    decision: PhaseDecision, pool: Mapping[str, Any] | None, member: str
+) -> PhaseDecision:
+    """Of a member a pool serves from its slot server (``pool``), the phase its model has there,
+    as the pool last reported it, once its own Deployment holds no pod (until then, ``decision``:
+    a member that ran in pods of its own drains first)."""
+    if pool is None or decision.reason != REASON_SCALED_TO_ZERO:
+        return decision
+    name = pool["metadata"]["name"]
+    entries = (pool.get("status") or {}).get("members") or ()
+    phase = next((e.get("phase") for e in entries if e.get("name") == member), None)
+    if phase == PHASE_READY:
+        return PhaseDecision(PHASE_READY, REASON_LOADED, f"loaded in pool {name}'s slot server")
+    if phase == PHASE_STARTING:
+        return PhaseDecision(
+            PHASE_STARTING, REASON_LOADING, f"loading in pool {name}'s slot server"
+        )
+    if phase == PHASE_FAILED:
+        message = f"its model's server exited while pool {name}'s slot server loaded it"
+        return PhaseDecision(PHASE_FAILED, REASON_LOAD_FAILED, message)
+    return PhaseDecision(
+        PHASE_STOPPED, REASON_NOT_LOADED, f"not loaded in pool {name}'s slot server"
+    )
+
+
 def desired_status(
     isvc: InferenceService,
     decision: PhaseDecision,

@@ -104,6 +104,20 @@ def acknowledged(
     return int(deployment["metadata"].get("generation") or 0) >= int(applied)
 
 
+def slot_server_pool(pools: Iterable[ObjectView], member: str) -> ObjectView | None:
+    """The first pool listing ``member`` that serves it from a slot server (``spec.slotServer``):
+    its Deployment then stays at 0 and its Service selects that server (docs/modelpool.md, "One
+    slot server"); None when no such pool lists it."""
+    return next(
+        (
+            pool
+            for pool in listing_pools(pools, member)
+            if (pool.get("spec") or {}).get("slotServer")
+        ),
+        None,
+    )
+
+
 def member_slots(pools: Iterable[ObjectView], member: str) -> dict[str, str | None]:
     """The decision of each pool that lists ``member``, by pool name."""
     return {

@@ -82,6 +82,7 @@ from controlplane.api.v1alpha1.modelpool import (
     parse_duration,
 )
 from controlplane.controllers.inferenceservice.desired import ISVC_LABEL
+from controlplane.controllers.inferenceservice.weights import WeightsPlacement
 from controlplane.controllers.inferenceservice.weightsstatus import weights_ready, weights_summary
 from controlplane.controllers.modelpool import metrics
 from controlplane.controllers.modelpool.grant import acknowledged, lists_member
@@ -103,6 +104,13 @@ from controlplane.controllers.modelpool.plan import (
     transitions,
 )
 from controlplane.controllers.modelpool.residents import kept_residents, newly_resident
+from controlplane.controllers.modelpool.slotmembers import unreadable_why
+from controlplane.controllers.modelpool.slotruntime import (
+    DEFAULT_POLL_SECONDS,
+    SlotObservation,
+    SlotRuntime,
+)
+from controlplane.controllers.modelpool.slotserver import SLOT_SERVER_LABEL, slot_server_name
 from controlplane.controllers.modelpool.waiting import SeenReport, waiting_demand
 from controlplane.probes.idle import IdleOutcome, IdleProbe, IdleReport
 from controlplane.probes.llamacpp import SlotsProbe
@@ -114,7 +122,7 @@ from controlplane.runtime.errors import Conflict, KubeError, NotFound
 from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
 from controlplane.runtime.manager import Manager
-from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, LEASES, PODS
+from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, LEASES, PODS, SERVICES
 from controlplane.runtime.tracing import context_of_traceparent
 from controlplane.scheduling.budget import Budget, pool_budget
 
@@ -143,6 +151,7 @@ class ModelPoolReconciler:
         leases: Informer,
         observer: LeaseObserver,
         probes: Mapping[str, IdleProbe],
+        slot_runtime: SlotRuntime | None = None,
     ) -> None:
         self.client = client
         self.recorder = recorder
@@ -158,6 +167,8 @@ class ModelPoolReconciler:
         self._superseded: dict[str, str | None] = {}
         #: The idle probe of each runtime (``spec.runtime``); llama.cpp's is the only one in v1.
         self.probes = probes
+        #: Pools with ``spec.slotServer``: their server's objects, reading and orders.
+        self.slot_runtime = slot_runtime
         #: The waiting phases of swaps under way, to record as spans when they end.
         self.phases = SwapPhases()
         #: Per pool, the resident last exported (its gauge is removed when it changes).
@@ -248,8 +259,14 @@ class ModelPoolReconciler:
         owner = choose_owner(names, pool.spec.default, pool.status.resident_member, intent)
         budget = pool_budget(obj.get("spec") or {})
         evict = owner.intent.evict if owner.intent is not None else ()
-        keep = kept_residents(members, pool.status.resident_names, owner.name, evict, budget)
-        plan = plan_actions(members, owner.name, keep, budget)
+        seen = await self._observe_slot_server(pool, members)
+        planned_owner = owner.name
+        if seen is not None:
+            members = seen.members
+            if seen.outdated:
+                planned_owner = None  # the server restarts once nothing is loaded: drain first
+        keep = kept_residents(members, pool.status.resident_names, planned_owner, evict, budget)
+        plan = plan_actions(members, planned_owner, keep, budget)
 
         with tracer.start_as_current_span(
             "drain decision",
@@ -263,7 +280,8 @@ class ModelPoolReconciler:
             deferral = None
             release = list(plan.release)
             if plan.probe:
-                reports = await self._probe_members(members, plan.probe)
+                models_of = seen.models_of if seen is not None else {}
+                reports = await self._probe_members(members, plan.probe, models_of)
                 blocking = {m: blocking_reports(members[m], reports[m]) for m in plan.probe}
                 release += [m for m in plan.probe if reports[m] and not blocking[m]]
                 deferral = deferral_from({m: r for m, r in blocking.items() if r})
@@ -326,6 +344,11 @@ class ModelPoolReconciler:
         if owner.ignored is not None:
             self.recorder.event(obj, "Warning", "IntentIgnored", "SelectOwner", owner.ignored)
         result = requeue_result(deferral, intent, waiting=bool(status.waiting))
+        if seen is not None and self.slot_runtime is not None:
+            # The decision is written (or was already): the server carries it out.
+            again = await self.slot_runtime.carry_out(key, slots, seen)
+            if again is not None:
+                result = Result(requeue_after=min(result.requeue_after or again, again))
         if withheld:
             again = min(result.requeue_after or DEFER_REQUEUE_SECONDS, DEFER_REQUEUE_SECONDS)
             return Result(requeue_after=again)
@@ -382,16 +405,36 @@ class ModelPoolReconciler:
                      names)  # fmt: skip
         return not found.items
 
+    async def _observe_slot_server(
+        self, pool: ModelPool, members: Mapping[str, MemberState]
+    ) -> SlotObservation | None:
+        """Of a pool with a slot server, its members as the server shows them; else None."""
+        if pool.spec.slot_server is None or self.slot_runtime is None:
+            return None
+        namespace = pool.metadata.namespace or ""
+        isvcs = {
+            name: isvc
+            for name in members
+            if (isvc := self.inference_services.store.get(f"{namespace}/{name}")) is not None
+        }
+        return await self.slot_runtime.observe(pool, members, isvcs)
+
     async def _probe_members(
-        self, members: Mapping[str, MemberState], names: Sequence[str]
+        self,
+        members: Mapping[str, MemberState],
+        names: Sequence[str],
+        models_of: Mapping[str, str],
     ) -> dict[str, list[tuple[str, IdleReport]]]:
         """Probe every ready endpoint of each member (a starting one's starting endpoints), all
-        at once."""
+        at once; of a member served by a slot server, about its model (``models_of``)."""
         reports: dict[str, list[tuple[str, IdleReport]]] = {name: [] for name in names}
 
         async def one(probe: IdleProbe, runtime: str, member: str, url: str) -> None:
             started = time.perf_counter()
-            report = await probe.probe(url, member=member)
+            if (why := unreadable_why(url)) is not None:
+                reports[member].append(("slot server", IdleReport(IdleOutcome.FAILED, why)))
+                return
+            report = await probe.probe(url, member=member, model=models_of.get(member))
             metrics.IDLE_PROBE_DURATION.labels(runtime).observe(time.perf_counter() - started)
             metrics.IDLE_PROBES.labels(runtime, report.outcome.value).inc()
             reports[member].append((url, report))
@@ -499,9 +542,28 @@ class ModelPoolReconciler:
         ]
 
     def map_member(self, obj: Object) -> Iterable[Request]:
-        """An InferenceService or Deployment (same name) to the pools it is a member of."""
+        """An InferenceService or Deployment (same name) to the pools it is a member of; a slot
+        server's Deployment to its pool."""
         meta = obj["metadata"]
-        return self.pools_with_member(meta.get("namespace") or "", meta["name"])
+        namespace = meta.get("namespace") or ""
+        if pool := (meta.get("labels") or {}).get(SLOT_SERVER_LABEL):
+            return (Request(namespace, pool),)
+        return self.pools_with_member(namespace, meta["name"])
+
+    def map_slice(self, obj: Object) -> Iterable[Request]:
+        """An EndpointSlice to the pools listing its Service's member, or whose slot server's
+        Service it belongs to."""
+        meta = obj["metadata"]
+        namespace = meta.get("namespace") or ""
+        service = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
+        if not service:
+            return ()
+        slot_of = [
+            Request(namespace, pool["metadata"]["name"])
+            for pool in self.pools.store.by_index(NAMESPACE_INDEX, namespace)
+            if slot_server_name(pool["metadata"]["name"]) == service
+        ]
+        return slot_of or self.pools_with_member(namespace, service)
 
     def map_labelled(self, label: str) -> Any:
         def mapper(obj: Object) -> Iterable[Request]:
@@ -529,10 +591,17 @@ def map_lease(obj: Object) -> Iterable[Request]:
 
 
 def setup_model_pool_controller(
-    manager: Manager, identity: str, probe: IdleProbe | None = None
+    manager: Manager,
+    identity: str,
+    probe: IdleProbe | None = None,
+    *,
+    placement: WeightsPlacement | None = None,
+    slot_server_poll_seconds: float = DEFAULT_POLL_SECONDS,
 ) -> ModelPoolReconciler:
     """Wire the controller into ``manager`` (every namespace); shares informers with the
-    InferenceService controller where both read the same thing."""
+    InferenceService controller where both read the same thing. ``placement``: the node cache
+    a slot server mounts fetched weights from; ``slot_server_poll_seconds``: how often a pool
+    waiting on its slot server reads it (``--slot-server-poll``)."""
     pools = manager.informer(ModelPool.resource())
     inference_services = manager.informer(InferenceService.resource())
     deployments = manager.informer(DEPLOYMENTS)
@@ -542,6 +611,14 @@ def setup_model_pool_controller(
     observer = LeaseObserver()
     leases.add_handler(observer)  # before the controller's handler: seen before reconciled
     recorder = manager.event_recorder(EVENT_REPORTER, identity)
+    slot_runtime = SlotRuntime(
+        manager.client,
+        deployments=deployments,
+        services=manager.informer(SERVICES),
+        endpoint_slices=endpoint_slices,
+        placement=placement,
+        poll_seconds=slot_server_poll_seconds,
+    )
     reconciler = ModelPoolReconciler(
         manager.client,
         recorder,
@@ -553,6 +630,7 @@ def setup_model_pool_controller(
         leases=leases,
         observer=observer,
         probes={RUNTIME_LLAMACPP: probe or SlotsProbe()},
+        slot_runtime=slot_runtime,
     )
     (
         manager.new_controller(
@@ -562,7 +640,7 @@ def setup_model_pool_controller(
         .watches(inference_services, reconciler.map_member)
         .watches(deployments, reconciler.map_member)
         .watches(pods, reconciler.map_labelled(ISVC_LABEL))
-        .watches(endpoint_slices, reconciler.map_labelled(SERVICE_NAME_LABEL))
+        .watches(endpoint_slices, reconciler.map_slice)
         .watches(leases, map_lease)
     )
     return reconciler

@@ -1,0 +1,187 @@
+"""The I/O of a pool with a slot server (``spec.slotServer``): its objects, its reading, its orders.
+
+The pure parts are :mod:`.slotserver` (the Deployment and Service) and :mod:`.slotmembers` (the
+members as the server shows them, the orders); the reconciler calls :meth:`SlotRuntime.observe`
+before it plans and :meth:`SlotRuntime.carry_out` once the decision is written.
+
+* **The server's objects** are applied when they differ from the cache, except a change of the
+  pod's template while a model is loaded: that would replace the server's pod and kill whatever
+  is in flight. Such a change (a member added, its weights arrived, ``spec.slotServer`` edited)
+  makes the pool *outdated*: the reconciler plans as if nobody owned the slot, so the resident
+  is released through the idle gate like any drain, and the new template is applied once nothing
+  is loaded.
+* **The reading** is one ``GET /models`` per reconcile, a live read, so the grant needs no other.
+* **The orders** (unload, load) follow the written decision, and are repeated by every reconcile
+  until ``/models`` shows them done (they are idempotent; ``/models`` has no watch, so the pool is
+  read again every ``poll_seconds`` while it waits). A load whose child exited on its own is not
+  repeated before :data:`FAILED_LOAD_RETRY_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from controlplane.api.v1alpha1 import InferenceService, ModelPool
+from controlplane.controllers.children import FIELD_MANAGER, needs_apply
+from controlplane.controllers.inferenceservice.weights import WeightsPlacement
+from controlplane.controllers.inferenceservice.weightsstatus import weights_ready
+from controlplane.controllers.modelpool.member import MemberState
+from controlplane.controllers.modelpool.slotmembers import (
+    SlotView,
+    busy_with_orders,
+    slot_member_state,
+    slot_orders,
+)
+from controlplane.controllers.modelpool.slotserver import (
+    desired_slot_deployment,
+    desired_slot_service,
+    restarts_server,
+    slot_server_name,
+    unservable,
+)
+from controlplane.probes.slotserver import SlotServerClient, SlotServerError
+from controlplane.runtime.client import KubeClient
+from controlplane.runtime.endpoints import member_urls
+from controlplane.runtime.informer import Informer
+from controlplane.runtime.resources import DEPLOYMENTS, SERVICES
+
+log = logging.getLogger(__name__)
+
+#: How often a pool waiting on its slot server reads ``/models`` again (``--slot-server-poll``).
+DEFAULT_POLL_SECONDS: Final = 0.05
+#: How soon a slot server that could not be read is read again, when no watch event comes first.
+UNREADABLE_REQUEUE_SECONDS: Final = 1.0
+#: A model whose child exited on its own is loaded again at most this often.
+FAILED_LOAD_RETRY_SECONDS: Final = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class SlotObservation:
+    """One reconcile's view of a pool with a slot server."""
+
+    members: dict[str, MemberState]
+    view: SlotView
+    #: member → the model name the server knows it by.
+    models_of: dict[str, str]
+    #: The server's pod template must change, and will once nothing is loaded.
+    outdated: bool
+
+
+class SlotRuntime:
+    """Applies the slot server's objects, reads it, and carries out the pool's decisions."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        deployments: Informer,
+        services: Informer,
+        endpoint_slices: Informer,
+        server: SlotServerClient | None = None,
+        placement: WeightsPlacement | None = None,
+        poll_seconds: float = DEFAULT_POLL_SECONDS,
+    ) -> None:
+        self.client = client
+        self.deployments = deployments
+        self.services = services
+        self.endpoint_slices = endpoint_slices
+        self.server = server or SlotServerClient()
+        self.placement = placement or WeightsPlacement()
+        self.poll_seconds = poll_seconds
+        #: (pool key, model) → when a load of it was last sent while it had failed before.
+        self._failed_loads: dict[tuple[str, str], float] = {}
+
+    async def observe(
+        self,
+        pool: ModelPool,
+        members: Mapping[str, MemberState],
+        isvcs: Mapping[str, Mapping[str, Any]],
+    ) -> SlotObservation:
+        """The members as the slot server shows them; its objects applied on the way."""
+        namespace, name = str(pool.metadata.namespace), str(pool.metadata.name)
+        typed = {m: InferenceService.from_dict(dict(obj)) for m, obj in isvcs.items()}
+        why_not = {m: unservable(isvc) for m, isvc in typed.items()}
+        models_of = {
+            m: str(isvc.spec.model.name)
+            for m, isvc in typed.items()
+            if isvc.spec.model is not None and isvc.spec.model.name
+        }
+        served = [
+            typed[m]
+            for m in pool.spec.member_names()
+            if m in typed and why_not[m] is None and weights_ready(isvcs[m])
+        ]
+        nodes = {
+            m: str(node)
+            for m, obj in isvcs.items()
+            if (node := ((obj.get("status") or {}).get("model") or {}).get("node"))
+        }
+        key = f"{namespace}/{slot_server_name(name)}"
+        await self._apply_service(pool, key)
+        wanted = desired_slot_deployment(pool, served, self.placement, nodes)
+        cached = self.deployments.store.get(key)
+        view = await self._read(namespace, name)
+        outdated = restarts_server(cached, wanted)
+        nothing_loaded = view.models is not None and not any(
+            s.running for s in view.models.values()
+        )
+        if needs_apply(cached, wanted) and (not outdated or nothing_loaded or not view.url):
+            # No model loaded (or no server up): replacing the pod loses nothing.
+            await self.client.apply(DEPLOYMENTS, wanted, field_manager=FIELD_MANAGER, force=True)
+            log.info("%s: applied the slot server's Deployment", key)
+            outdated = False
+        states = {
+            m: slot_member_state(state, models_of.get(m, ""), view, why_not.get(m))
+            for m, state in members.items()
+        }
+        return SlotObservation(states, view, models_of, outdated)
+
+    async def _apply_service(self, pool: ModelPool, key: str) -> None:
+        wanted = desired_slot_service(pool)
+        if needs_apply(self.services.store.get(key), wanted):
+            await self.client.apply(SERVICES, wanted, field_manager=FIELD_MANAGER, force=True)
+            log.info("%s: applied the slot server's Service", key)
+
+    async def _read(self, namespace: str, pool: str) -> SlotView:
+        urls = member_urls(self.endpoint_slices.store, namespace, slot_server_name(pool))
+        if not urls:
+            return SlotView(None, error="the slot server has no ready endpoint")
+        try:
+            return SlotView(urls[0], await self.server.models(urls[0]))
+        except SlotServerError as err:
+            return SlotView(urls[0], error=f"the slot server at {urls[0]}: {err}")
+
+    async def carry_out(
+        self, key: str, slots: Mapping[str, str | None], seen: SlotObservation
+    ) -> float | None:
+        """Send the orders of the written ``slots``; how soon to read the server again (None:
+        nothing to wait for)."""
+        view = seen.view
+        orders = slot_orders(slots, seen.models_of, view)
+        if view.url is None or view.models is None:
+            # Not up, or not answering: its EndpointSlice's change wakes us, this is the backstop.
+            return UNREADABLE_REQUEUE_SECONDS
+        for model in orders.unload:
+            order = await self.server.unload(view.url, model)
+            log.info("%s: unload %s: %s", key, model, order.detail)
+        if orders.load is not None:
+            await self._load(key, view, orders.load)
+        if orders.unload or orders.load or busy_with_orders(slots, seen.models_of, view):
+            return self.poll_seconds
+        return None
+
+    async def _load(self, key: str, view: SlotView, model: str) -> None:
+        assert view.url is not None
+        assert view.models is not None
+        state = view.models[model]
+        if state.failed:
+            last = self._failed_loads.get((key, model))
+            if last is not None and time.monotonic() - last < FAILED_LOAD_RETRY_SECONDS:
+                return
+            self._failed_loads[(key, model)] = time.monotonic()
+        order = await self.server.load(view.url, model)
+        log.info("%s: load %s: %s", key, model, order.detail)
