@@ -48,6 +48,7 @@ test's own event loop, a sync fixture, or a frozen API server cannot make it mis
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import threading
 import time
@@ -60,7 +61,7 @@ from typing import Any, Final
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from controlplane.api.v1alpha1 import ModelPool
+from controlplane.api.v1alpha1 import InferenceService, ModelPool
 from controlplane.api.v1alpha1.activation import pool_lease_name, read_activation
 from controlplane.controllers.inferenceservice import ISVC_LABEL
 from controlplane.runtime.client import KubeClient
@@ -69,6 +70,7 @@ from controlplane.runtime.informer import DeletedFinalStateUnknown, Informer
 from controlplane.runtime.resources import LEASES, PODS
 from controlplane.scheduling.budget import Budget, pool_budget
 from controlplane.standin.process import MEMBER_ENV, POD_ENV
+from controlplane.standin.slotserver import SLOT_SERVER_ENV
 
 #: How often ``/proc`` is sampled (the brief: every 10 to 20 ms).
 SAMPLE_INTERVAL_SECONDS: Final = 0.015
@@ -82,6 +84,10 @@ IDENTIFY_RETRY_SECONDS: Final = 1.0
 SETTLE_TIMEOUT_SECONDS: Final = 45.0
 #: How long :meth:`PoolInvariantMonitor.start` waits for the watches' first lists.
 START_TIMEOUT_SECONDS: Final = 30.0
+#: llama.cpp's router names a child's model in its environment when not on its command line.
+ALIAS_ENV: Final = "LLAMA_ARG_ALIAS"
+#: The environment variables a process's identity is read from.
+_IDENTITY_ENV: Final = frozenset({MEMBER_ENV, POD_ENV, SLOT_SERVER_ENV, ALIAS_ENV})
 #: Timeline entries shown in a report.
 REPORT_TAIL: Final = 60
 
@@ -221,23 +227,49 @@ def _read_stat(pid: int) -> tuple[str, str] | None:
     return fields[0], fields[19]
 
 
-def _read_identity(pid: int) -> tuple[str, str] | None:
-    """``(member, pod)`` from the process's environment, or None (not ours, or not readable)."""
+def _served_model(pid: int, environ: Mapping[str, str]) -> str | None:
+    """The model a slot server's child serves (its ``--alias``, or ``LLAMA_ARG_ALIAS``, as
+    llama.cpp's router gives it); None for the router itself, which serves none."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            argv = [a.decode(errors="replace") for a in cmdline.read().split(b"\0")]
+    except OSError:
+        return None
+    for flag, value in itertools.pairwise(argv):
+        if flag in ("--alias", "-a"):
+            return value
+    return environ.get(ALIAS_ENV)
+
+
+def _read_identity(pid: int, models: Mapping[str, str]) -> tuple[str, str] | None:
+    """``(member, pod)`` from the process's environment, or None (not ours, or not readable).
+    A slot server's child is the member whose model it serves (``models``: model name ->
+    ``namespace/member``); the router itself is no member."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as environ:
             raw = environ.read()
     except OSError:
         return None
-    if MEMBER_ENV.encode() not in raw:
+    if MEMBER_ENV.encode() not in raw and SLOT_SERVER_ENV.encode() not in raw:
         return None
     found: dict[str, str] = {}
     for item in raw.split(b"\0"):
         key, _, value = item.partition(b"=")
-        if key in (MEMBER_ENV.encode(), POD_ENV.encode()):
+        if key in (
+            MEMBER_ENV.encode(),
+            POD_ENV.encode(),
+            SLOT_SERVER_ENV.encode(),
+            b"LLAMA_ARG_ALIAS",
+        ):
             found[key.decode()] = value.decode(errors="replace")
-    if MEMBER_ENV not in found:
+    if MEMBER_ENV in found:
+        return found[MEMBER_ENV], found.get(POD_ENV, "")
+    if SLOT_SERVER_ENV not in found:
         return None
-    return found[MEMBER_ENV], found.get(POD_ENV, "")
+    model = _served_model(pid, found)
+    if model is None or model not in models:
+        return None
+    return models[model], found.get(POD_ENV, "")
 
 
 class _Handler:
@@ -260,6 +292,25 @@ class _Handler:
             )
             obj = obj.obj
         self.monitor._event(self.kind, "DELETED", obj, None)
+
+
+class _ModelNames:
+    """Keeps the monitor's model name -> member map (a slot server's child names its model only)."""
+
+    def __init__(self, monitor: PoolInvariantMonitor) -> None:
+        self.monitor = monitor
+
+    def on_add(self, obj: Object, initial: bool) -> None:
+        self.on_update(obj, obj)
+
+    def on_update(self, old: Object, new: Object) -> None:
+        model = ((new.get("spec") or {}).get("model") or {}).get("name")
+        if model:
+            member = f"{self.monitor.namespace}/{new['metadata']['name']}"
+            self.monitor._models = {**self.monitor._models, str(model): member}
+
+    def on_delete(self, obj: Object | DeletedFinalStateUnknown) -> None:
+        pass  # a name once seen keeps its member: a child may outlive its InferenceService
 
 
 class PoolInvariantMonitor:
@@ -291,6 +342,7 @@ class PoolInvariantMonitor:
         self._leases: Mapping[str, _Lease] = {}  # lease name -> lease
         self._occupying: Mapping[str, frozenset[str]] = {}  # member -> pod names
         self._live: Mapping[int, _Proc] = {}  # pid -> simulator process, latest sample
+        self._models: Mapping[str, str] = {}  # model name -> namespace/member, of slot servers
         # The loop thread's own state.
         self._pods: dict[str, _PodSeen] = {}  # pod uid -> what we know of it
         # The sampler thread's own state.
@@ -355,12 +407,14 @@ class PoolInvariantMonitor:
             pools = Informer(client, ModelPool.resource(), self.namespace)
             leases = Informer(client, LEASES, self.namespace)
             pods = Informer(client, PODS, self.namespace, label_selector=ISVC_LABEL)
+            isvcs = Informer(client, InferenceService.resource(), self.namespace)
+            isvcs.add_handler(_ModelNames(self))
             pools.add_handler(_Handler("pool", self))
             leases.add_handler(_Handler("lease", self))
             pods.add_handler(_Handler("pod", self))
             async with anyio.create_task_group() as group:
                 # Pools first: a pod's first event is judged against the pools already known.
-                for informer in (pools, leases, pods):
+                for informer in (isvcs, pools, leases, pods):
                     group.start_soon(informer.run)
                     await informer.wait_for_sync()
                 self._ready.set()
@@ -617,7 +671,7 @@ class PoolInvariantMonitor:
             if isinstance(entry, _Proc) and entry.start_ticks != ticks:
                 entry = None  # the pid was reused
             if not isinstance(entry, _Proc):
-                identity = _read_identity(pid)
+                identity = _read_identity(pid, self._models)
                 if identity is None or not identity[0].startswith(prefix):
                     if not isinstance(entry, _Unknown):
                         known[pid] = _Unknown(now)

@@ -315,9 +315,8 @@ class InferenceServiceReconciler:
             isvc, restore_requeue = await self._restore_kv_cache(key, isvc)
             requeue = _sooner(requeue, restore_requeue)
         decision = compute_phase(replicas.count, deployment, self._pod_count(isvc), conflict)
-        decision = served_phase(
-            explain_hold(decision, replicas.hold), replicas.slot_server, isvc.name
-        )
+        decision = served_phase(decision, replicas.slot_server, isvc.name)
+        decision = explain_hold(decision, replicas.hold)
         if replicas.hold.settling:
             requeue = min(requeue or replicas.hold.settle_seconds, replicas.hold.settle_seconds)
         settle = Result(requeue_after=requeue) if requeue is not None else Result()
