@@ -315,7 +315,7 @@ class Activator:
         server, the pool's own entry says its model is loaded there (one watch event sooner than
         the InferenceService, which copies it)."""
         pool = self.view.pool(pool_name) or {}
-        if (pool.get("spec") or {}).get("slotServer"):
+        if (pool.get("spec") or {}).get("slotServer") is not None:
             entries = (pool.get("status") or {}).get("members") or ()
             phase = next((e.get("phase") for e in entries if e.get("name") == member), None)
             return bool(phase == PHASE_READY)

@@ -112,7 +112,7 @@ def slot_server_pool(pools: Iterable[ObjectView], member: str) -> ObjectView | N
         (
             pool
             for pool in listing_pools(pools, member)
-            if (pool.get("spec") or {}).get("slotServer")
+            if (pool.get("spec") or {}).get("slotServer") is not None
         ),
         None,
     )
