@@ -9,6 +9,12 @@ proxy pod as a ``controlplane router-proxy`` process under the router's ServiceA
 ``tiny-a`` and ``tiny-b``, ``--parallel 1``; router ``router`` fronts it. Requests go to the
 router's local address, as a client's would.
 
+With ``slot_server`` the same pool sets ``spec.slotServer`` instead (issue 22): one long-lived
+``llama-server`` in router mode, models loaded and unloaded in it by the pool controller. The
+members' flags move into ``slotServer.args`` and their weights become node files (``file://``
+under :data:`NODE_MODELS`, linked to the same tiny models in the stand-in's host root), since a
+slot server mounts each member's weights into its own pod.
+
 :func:`alternate` is the request sequence both benchmarks use, against this pool or any
 OpenAI-compatible server that answers for both models.
 """
@@ -28,9 +34,12 @@ from typing import Any, Final
 import httpx
 import yaml
 
+from controlplane.controllers.modelpool.slotserver import slot_server_name
 from controlplane.envtest import ControlPlane
 from controlplane.envtest.tinymodel import TinyModelSpec, tiny_model
 from controlplane.local.system import local_system, wait_router_address
+from controlplane.runtime.endpoints import MEMBER_PORT_NAME, SERVICE_NAME_LABEL, ready_urls
+from controlplane.standin.settings import NodeSettings
 
 NAMESPACE: Final = "bench"
 POOL: Final = "gpu-0"
@@ -41,8 +50,18 @@ CONTEXT: Final = 8192
 #: A prompt of about 420 tokens with the tiny models' vocabulary, the same for every request.
 PROMPT: Final = " ".join(f"word{i} alpha" for i in range(100))
 MAX_TOKENS: Final = 8
+#: Where a slot-server pool's members find their weights on the node (``file://`` sources).
+NODE_MODELS: Final = "/var/lib/modelpool/bench-models"
+#: The flags of a member's server, or of the slot server (which its children inherit).
+SERVER_ARGS: Final = ("--parallel", "1", "--ctx-size", str(CONTEXT))
+#: The slot server's flags: the members' plus ``--threads 1``, as router mode gets in the
+#: benchmark (the stand-in adds it to a member's own server unless given).
+SLOT_SERVER_ARGS: Final = (*SERVER_ARGS, "--threads", "1")
 REQUEST_TIMEOUT: Final = 120.0
 READY_TIMEOUT: Final = 120.0
+#: The node stand-in's ``--log-dir`` under the work folder (``NodeStandInProcess``), whose
+#: ``hostpath`` folder is the node's disk.
+NODE_LOG_DIR: Final = "simulators"
 
 
 def model_name(member: str) -> str:
@@ -111,12 +130,15 @@ def alternate(
     return first, done
 
 
-def member_body(member: str, model: Path, *, kv_cache: bool) -> dict[str, Any]:
+def member_body(member: str, source: str, *, kv_cache: bool, slot_server: bool) -> dict[str, Any]:
+    """A member with its own server's flags, or none when the pool's slot server serves it (its
+    flags are the slot server's then, and its Deployment stays at 0 whatever ``replicas``)."""
     spec: dict[str, Any] = {
-        "model": {"name": model_name(member), "source": str(model)},
-        "args": ["--parallel", "1", "--ctx-size", str(CONTEXT)],
+        "model": {"name": model_name(member), "source": source},
         "replicas": 1 if member == MEMBERS[0] else 0,
     }
+    if not slot_server:
+        spec["args"] = list(SERVER_ARGS)
     if kv_cache:
         spec["kvCache"] = {"enabled": True}
     return {
@@ -127,26 +149,45 @@ def member_body(member: str, model: Path, *, kv_cache: bool) -> dict[str, Any]:
     }
 
 
-def pool_objects(*, kv_cache: bool) -> list[dict[str, Any]]:
-    """The namespace, both members, the pool and the router."""
+def node_source(member: str) -> str:
+    """A slot-server member's weights: a file on the node (:func:`place_on_node` puts it there)."""
+    return f"file://{NODE_MODELS}/{model_name(member)}.gguf"
+
+
+def place_on_node(host_root: Path) -> None:
+    """Link the tiny models into the node's disk (the stand-in's ``host_root``) where
+    :func:`node_source` names them: links, not copies, so both systems read the same bytes."""
+    for member, path in models().items():
+        here = host_root / NODE_MODELS.lstrip("/") / f"{model_name(member)}.gguf"
+        here.parent.mkdir(parents=True, exist_ok=True)
+        here.symlink_to(path)
+
+
+def pool_objects(*, kv_cache: bool, slot_server: bool = False) -> list[dict[str, Any]]:
+    """The namespace, both members, the pool (with a slot server, or members as pods) and the
+    router."""
     group = "inference.modelpool.dev/v1alpha1"
     paths = models()
+    sources = {m: node_source(m) if slot_server else str(paths[m]) for m in MEMBERS}
+    pool_spec: dict[str, Any] = {
+        "members": [{"inferenceServiceRef": {"name": m}} for m in MEMBERS],
+        "default": MEMBERS[0],
+        "swapBudget": f"{REQUEST_TIMEOUT:.0f}s",
+        # no anti-thrash floor: a switch asked right after the resident's last request
+        # would otherwise wait for its activity window (2 s) first; these benchmarks
+        # time the switch itself (bench-fairness times the scheduling)
+        "scheduling": {"minResidency": "0s"},
+    }
+    if slot_server:
+        pool_spec["slotServer"] = {"args": list(SLOT_SERVER_ARGS)}
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        *(member_body(m, paths[m], kv_cache=kv_cache) for m in MEMBERS),
+        *(member_body(m, sources[m], kv_cache=kv_cache, slot_server=slot_server) for m in MEMBERS),
         {
             "apiVersion": group,
             "kind": "ModelPool",
             "metadata": {"name": POOL, "namespace": NAMESPACE},
-            "spec": {
-                "members": [{"inferenceServiceRef": {"name": m}} for m in MEMBERS],
-                "default": MEMBERS[0],
-                "swapBudget": f"{REQUEST_TIMEOUT:.0f}s",
-                # no anti-thrash floor: a switch asked right after the resident's last request
-                # would otherwise wait for its activity window (2 s) first; these benchmarks
-                # time the switch itself (bench-fairness times the scheduling)
-                "scheduling": {"minResidency": "0s"},
-            },
+            "spec": pool_spec,
         },
         {
             "apiVersion": group,
@@ -170,13 +211,37 @@ class RealPool:
         )
         return found
 
+    def listed(self, kind: str, selector: str) -> list[dict[str, Any]]:
+        """The objects of ``kind`` in the namespace with the label ``selector``."""
+        found = yaml.safe_load(
+            self.kubectl("get", "-n", NAMESPACE, kind, "-l", selector, "-o", "yaml")
+        )
+        items: list[dict[str, Any]] = found.get("items") or []
+        return items
+
+    def slot_server_url(self) -> str:
+        """The pool's slot server, from its Service's EndpointSlice (``<pool>-slot``), as the pool
+        controller finds it: the way to its ``/models`` without going through our proxy."""
+        selector = f"{SERVICE_NAME_LABEL}={slot_server_name(POOL)}"
+        urls = ready_urls(self.listed("endpointslices", selector), MEMBER_PORT_NAME)
+        if len(urls) != 1:
+            raise SystemExit(f"slot server {slot_server_name(POOL)}: ready endpoints {urls}")
+        return urls[0]
+
 
 @contextlib.contextmanager
-def real_pool(llama_server: Path, *, kv_cache: bool) -> Iterator[RealPool]:
+def real_pool(
+    llama_server: Path, *, kv_cache: bool, slot_server: bool = False
+) -> Iterator[RealPool]:
     """The whole local system with the pool above (``spec.kvCache`` on both members or on
-    neither), ready and answering at its router; everything stopped and removed after."""
+    neither; members as pods, or in a slot server), ready and answering at its router;
+    everything stopped after, and the work folder removed unless the run failed (the operator's
+    and the node's logs are in it)."""
     workdir = Path(tempfile.mkdtemp(prefix="bench-real-pool-"))
+    if slot_server:
+        place_on_node(NodeSettings(log_dir=workdir / NODE_LOG_DIR).host_root)
     plane = ControlPlane(with_controller_manager=True).start()
+    failed = True
     try:
         kubectl_binary = plane.binaries.kubectl or shutil.which("kubectl")
         if kubectl_binary is None:
@@ -197,16 +262,25 @@ def real_pool(llama_server: Path, *, kv_cache: bool) -> Iterator[RealPool]:
             plane.admin_kubeconfig, quiet_kubectl, workdir, llama_server=llama_server
         )
         with system as node:
-            kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(pool_objects(kv_cache=kv_cache)))
+            kubectl(
+                "apply",
+                "-f",
+                "-",
+                stdin=yaml.safe_dump_all(pool_objects(kv_cache=kv_cache, slot_server=slot_server)),
+            )
             wait = ("wait", "-n", NAMESPACE, f"--timeout={READY_TIMEOUT:.0f}s")
             kubectl(*wait, "--for=jsonpath={.status.phase}=Ready", f"mpool/{POOL}")
             kubectl(*wait, "--for=jsonpath={.status.phase}=Ready", f"mr/{ROUTER}")
             url = wait_router_address(node, f"{NAMESPACE}/{ROUTER}", timeout=READY_TIMEOUT)
             _wait_ready(url)
             yield RealPool(url, kubectl)
+        failed = False
     finally:
         plane.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if failed:
+            print(f"the run failed: its logs are kept in {workdir}", flush=True)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _wait_ready(url: str) -> None:

@@ -11,21 +11,31 @@ and the same request sequence.
   the pool controller drain the resident (idle gate on ``/slots``, scale to 0, wait until its pod
   and process are gone) and bring the other up (a new pod, its ``llama-server`` started, Ready
   from ``/health``, the EndpointSlice), then forwards it.
+* **ours with a slot server** (issue 22): the same pool, members and sequence, but with
+  ``spec.slotServer`` (the members' flags in ``slotServer.args``, their weights ``file://`` node
+  files linked to the same models): one long-lived ``llama-server`` in router mode
+  (``--models-max 1 --no-models-autoload``) in a pod of the pool's own. The proxy holds the
+  request and takes the Lease as above; the pool controller unloads the resident through the
+  server's API once ``/slots?model=`` is idle, loads the other, sees it ``loaded`` on ``/models``
+  and names it resident; then the proxy forwards. No pod stops or starts.
 
 The sequence (:func:`bench.real_pool.alternate`): ``tiny-a``, then ``--switches`` requests
 alternating ``tiny-b`` and ``tiny-a``, each followed by a second request to the same model (no
 switch), every one with the same prompt of about 420 tokens and 8 tokens to generate. The
 switch time is the client's time for the request that switched; the second request's time is
-what a request costs without a switch, for scale. After each switch in router mode the benchmark
-checks that its ``/models`` lists at most one model loaded. Last, for the reading, what both modes
-pay in every switch measured alone: a ``llama-server`` with the model, start to ``/health`` 200
-and SIGTERM to exit.
+what a request costs without a switch, for scale. After each switch in router mode, and in our
+slot server (reached through its Service's EndpointSlice ``<pool>-slot``, not through our proxy),
+the benchmark checks that ``/models`` lists only the model asked for as loaded; at the end of the
+slot-server run, that no member pod ran and the server's pod is the one it started with. Last,
+for the reading, what both modes pay in every switch measured alone: a ``llama-server`` with the
+model, start to ``/health`` 200 and SIGTERM to exit.
 
     KUBEBUILDER_ASSETS=$(hack/build-controlplane.sh 2>/dev/null | tail -1) \\
       .venv/bin/python -m bench.router_mode_bench \\
       --server $(hack/build-llama-server.sh 2>/dev/null | tail -1) [--switches 10]
 
-or ``make bench-router-mode`` (``BENCH_ARGS="--switches 20"``).
+or ``make bench-router-mode`` (``BENCH_ARGS="--switches 20"``). ``--systems`` runs only some of
+the three (``router-mode``, ``pods``, ``slot-server``; all by default), to repeat one quickly.
 """
 
 from __future__ import annotations
@@ -38,13 +48,14 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import httpx
 
 from bench.real_pool import (
     CONTEXT,
     MEMBERS,
+    POOL,
     READY_TIMEOUT,
     Answer,
     Switch,
@@ -53,7 +64,11 @@ from bench.real_pool import (
     models,
     real_pool,
 )
+from controlplane.controllers.modelpool.slotserver import SLOT_SERVER_LABEL
 from controlplane.envtest.process import free_port
+
+#: The label on every member's pod (none should run in a slot-server pool).
+MEMBER_POD_LABEL: Final = "inference.modelpool.dev/inferenceservice"
 
 #: What router mode's ``/models`` says of a model with a running child.
 LOADED: Final = "loaded"
@@ -96,16 +111,21 @@ def loaded_models(url: str) -> list[str]:
     return [m["id"] for m in answer["data"] if (m.get("status") or {}).get("value") == LOADED]
 
 
+def only_loaded(url: str, system: str) -> Callable[[Switch], None]:
+    """The check after each switch: ``url``'s ``/models`` lists exactly the model just asked
+    for as loaded (at most one, and the right one)."""
+
+    def check(switch: Switch) -> None:
+        loaded = loaded_models(url)
+        if loaded != [switch.cold.model]:
+            raise SystemExit(f"{system}: loaded {loaded} after switching to {switch.cold.model}")
+
+    return check
+
+
 def run_router_mode(server: Path, switches: int) -> tuple[Answer, list[Switch]]:
     with router_mode(server) as url:
-
-        def at_most_one(switch: Switch) -> None:
-            loaded = loaded_models(url)
-            if loaded != [switch.cold.model]:
-                raise SystemExit(f"router mode: loaded {loaded} after switching to "
-                                 f"{switch.cold.model}")  # fmt: skip
-
-        return alternate(url, switches, after_switch=at_most_one)
+        return alternate(url, switches, after_switch=only_loaded(url, "router mode"))
 
 
 def server_alone(server: Path, rounds: int) -> tuple[list[float], list[float]]:
@@ -141,6 +161,31 @@ def run_ours(server: Path, switches: int) -> tuple[Answer, list[Switch]]:
         return alternate(pool.url, switches)
 
 
+def run_ours_slot_server(server: Path, switches: int) -> tuple[Answer, list[Switch]]:
+    """The pool with a slot server: the requests through our proxy as for :func:`run_ours`; the
+    checks straight at the server (``/models`` after each switch, its pod and no member pod at
+    the end), so what is measured swapped inside one server and nowhere else."""
+    with real_pool(server, kv_cache=False, slot_server=True) as pool:
+        url = pool.slot_server_url()
+        before = _uids(pool.listed("pods", f"{SLOT_SERVER_LABEL}={POOL}"))
+        run = alternate(pool.url, switches, after_switch=only_loaded(url, "our slot server"))
+        after = _uids(pool.listed("pods", f"{SLOT_SERVER_LABEL}={POOL}"))
+        if before != after or len(after) != 1:
+            raise SystemExit(f"our slot server's pod changed: {before} then {after}")
+        members = pool.listed("pods", MEMBER_POD_LABEL)
+        if members:
+            raise SystemExit(f"member pods ran beside the slot server: {_names(members)}")
+        return run
+
+
+def _uids(objects: list[dict[str, Any]]) -> list[str]:
+    return sorted(str(o["metadata"]["uid"]) for o in objects)
+
+
+def _names(objects: list[dict[str, Any]]) -> list[str]:
+    return sorted(str(o["metadata"]["name"]) for o in objects)
+
+
 def _ms(values: list[float]) -> str:
     ms = [v * 1000 for v in values]
     return f"{statistics.median(ms):.0f} ({min(ms):.0f} to {max(ms):.0f})"
@@ -167,30 +212,56 @@ def report(runs: dict[str, tuple[Answer, list[Switch]]]) -> None:
         print(f"| {label} | " + " | ".join(cell(*run) for run in runs.values()) + " |")
 
 
+#: ``--systems`` names: the column of each in the table, and how to run it.
+SYSTEMS: Final[dict[str, tuple[str, Callable[[Path, int], tuple[Answer, list[Switch]]]]]] = {
+    "router-mode": ("llama.cpp router mode (--models-max 1)", run_router_mode),
+    "pods": ("ours (pool of 2 real members, via the router-proxy)", run_ours),
+    "slot-server": (
+        "ours with a slot server (router mode in one pod, via the router-proxy)",
+        run_ours_slot_server,
+    ),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server", type=Path, required=True, help="the llama-server binary")
     parser.add_argument("--switches", type=int, default=10, help="switches per run (>= 1)")
+    parser.add_argument(
+        "--systems",
+        default=",".join(SYSTEMS),
+        help=f"comma-separated, of {', '.join(SYSTEMS)} (default: all, in that order)",
+    )
     args = parser.parse_args()
     if args.switches < 1:
         parser.error("--switches must be at least 1")
-    router_mode = run_router_mode(args.server, args.switches)
-    ours = run_ours(args.server, args.switches)
-    report({
-        "llama.cpp router mode (--models-max 1)": router_mode,
-        "ours (pool of 2 real members, via the router-proxy)": ours,
-    })  # fmt: skip
+    chosen = [name.strip() for name in args.systems.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in SYSTEMS]
+    if unknown or not chosen:
+        parser.error(f"--systems: unknown {unknown}; choose from {', '.join(SYSTEMS)}")
+    runs: dict[str, tuple[Answer, list[Switch]]] = {}
+    for name in SYSTEMS:
+        if name in chosen:
+            runs[name] = SYSTEMS[name][1](args.server, args.switches)
+    report({SYSTEMS[name][0]: run for name, run in runs.items()})
     starts, stops = server_alone(args.server, args.switches)
     print(f"\nllama-server alone ({args.switches} times), ms, median (min to max): start to "
           f"/health 200 {_ms(starts)}; SIGTERM to exit {_ms(stops)}")  # fmt: skip
-    print(summary_line(router_mode[1], ours[1]))
+    if "router-mode" in runs:
+        if "slot-server" in runs:
+            print(
+                summary_line(runs["router-mode"][1], runs["slot-server"][1], "ours (slot server)")
+            )
+        if "pods" in runs:
+            print(summary_line(runs["router-mode"][1], runs["pods"][1]))
 
 
-def summary_line(router_mode: list[Switch], ours: list[Switch]) -> str:
-    """The one line a script reads: both switch medians and their ratio."""
+def summary_line(router_mode: list[Switch], ours: list[Switch], label: str = "ours") -> str:
+    """One line a script reads: the switch medians of router mode and of one of ours (``label``:
+    ``ours`` for member pods, as before the slot server) and their ratio."""
     theirs = statistics.median(x.cold.seconds for x in router_mode) * 1000
     mine = statistics.median(x.cold.seconds for x in ours) * 1000
-    return f"switch: ours {mine:.0f} ms, router mode {theirs:.0f} ms, ratio {mine / theirs:.2f}x"
+    return f"switch: {label} {mine:.0f} ms, router mode {theirs:.0f} ms, ratio {mine / theirs:.2f}x"
 
 
 if __name__ == "__main__":
