@@ -26,6 +26,9 @@ from controlplane.controllers.inferenceservice.weights import DEFAULT_MODEL_CACH
 from controlplane.controllers.modelpool.slotruntime import (
     DEFAULT_POLL_SECONDS as DEFAULT_SLOT_SERVER_POLL_SECONDS,
 )
+from controlplane.controllers.modelpool.slotruntime import (
+    DEFAULT_WAIT_SECONDS as DEFAULT_SLOT_SERVER_WAIT_SECONDS,
+)
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE
 from controlplane.operator.settings import (
     DEFAULT_LEASE_DURATION,
@@ -170,6 +173,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"is under way (it has no watch; default {DEFAULT_SLOT_SERVER_POLL_SECONDS:g}s)",
     )
     parser.add_argument(
+        "--slot-server-wait",
+        type=positive_float,
+        default=DEFAULT_SLOT_SERVER_WAIT_SECONDS,
+        help="how long a pool that sent its slot server a load or an unload reads /models every "
+        "10 ms for its effect before it falls back to --slot-server-poll "
+        f"(default {DEFAULT_SLOT_SERVER_WAIT_SECONDS:g}s)",
+    )
+    parser.add_argument(
         "--fetch-image",
         default=os.environ.get("MODELPOOL_FETCH_IMAGE", ""),
         help="image that downloads weights (controlplane fetch-model; $MODELPOOL_FETCH_IMAGE; "
@@ -195,6 +206,7 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
         model_cache_path=args.model_cache_path,
         fetch_image=args.fetch_image,
         slot_server_poll_seconds=args.slot_server_poll,
+        slot_server_wait_seconds=args.slot_server_wait,
         fetch_env=tuple(args.fetch_env),
         member_network_policies=args.member_network_policies,
         member_network_policy_operator_labels=args.member_network_policy_operator_labels,

@@ -93,6 +93,7 @@ def build_manager(settings: OperatorSettings) -> tuple[Manager, PreflightGate]:
         identity,
         placement=WeightsPlacement(settings.model_cache_path),
         slot_server_poll_seconds=settings.slot_server_poll_seconds,
+        slot_server_wait_seconds=settings.slot_server_wait_seconds,
     )
     proxy_image = ProxyImage(
         manager.client,

@@ -15,6 +15,9 @@ from controlplane.controllers.inferenceservice.weights import DEFAULT_MODEL_CACH
 from controlplane.controllers.modelpool.slotruntime import (
     DEFAULT_POLL_SECONDS as DEFAULT_SLOT_SERVER_POLL_SECONDS,
 )
+from controlplane.controllers.modelpool.slotruntime import (
+    DEFAULT_WAIT_SECONDS as DEFAULT_SLOT_SERVER_WAIT_SECONDS,
+)
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE
 
 #: The operator's leader-election Lease, in its own namespace.
@@ -59,6 +62,8 @@ class OperatorSettings:
     model_cache_path: str = DEFAULT_MODEL_CACHE_PATH
     #: How often a pool with a slot server reads it while it waits on a load or an unload.
     slot_server_poll_seconds: float = DEFAULT_SLOT_SERVER_POLL_SECONDS
+    #: How long a pool that sent its slot server an order watches for its effect.
+    slot_server_wait_seconds: float = DEFAULT_SLOT_SERVER_WAIT_SECONDS
     #: The image of the weights' fetcher (``controlplane fetch-model``); empty means the
     #: operator's own, as for the proxy.
     fetch_image: str = ""

@@ -24,10 +24,13 @@ from controlplane.controllers.modelpool.member import MemberState
 from controlplane.controllers.modelpool.plan import plan_actions
 from controlplane.controllers.modelpool.slotmembers import (
     UNREADABLE,
+    SlotOrders,
     SlotView,
     busy_with_orders,
+    orders_done,
     slot_member_state,
     slot_orders,
+    stray_models,
 )
 from controlplane.controllers.modelpool.slotserver import (
     SLOT_SERVER_LABEL,
@@ -310,6 +313,23 @@ def test_no_order_to_a_server_that_could_not_be_read_and_it_is_read_again() -> N
     assert busy_with_orders(slots, MODELS_OF, dark)
     settled = view(**{"model-a": "unloaded", "model-b": "loaded"})
     assert not busy_with_orders(slots, MODELS_OF, settled)
+
+
+def test_an_order_is_done_once_models_shows_it() -> None:
+    unload = SlotOrders(unload=("model-a",))
+    assert not orders_done(unload, view(**{"model-a": "loaded"}).models or {})
+    assert orders_done(unload, view(**{"model-a": "unloaded"}).models or {})
+    load = SlotOrders(load="model-b")
+    assert not orders_done(load, view(**{"model-b": "loading"}).models or {})
+    assert orders_done(load, view(**{"model-b": "loaded"}).models or {})
+    exited = {"model-b": ModelState(ModelStatus.UNLOADED, failed=True)}
+    assert orders_done(load, exited), "a child that exited is the pool's to see, not to wait for"
+
+
+def test_a_model_running_for_no_member_is_a_stray() -> None:
+    seen = view(**{"model-a": "loaded", "model-old": "loaded", "model-b": "unloaded"})
+    assert stray_models(MODELS_OF, seen) == ("model-old",)
+    assert stray_models(MODELS_OF, SlotView(URL, error="timeout")) == ()
 
 
 # -- the InferenceService side --------------------------------------------------------------------

@@ -107,6 +107,7 @@ from controlplane.controllers.modelpool.residents import kept_residents, newly_r
 from controlplane.controllers.modelpool.slotmembers import unreadable_why
 from controlplane.controllers.modelpool.slotruntime import (
     DEFAULT_POLL_SECONDS,
+    DEFAULT_WAIT_SECONDS,
     SlotObservation,
     SlotRuntime,
 )
@@ -597,11 +598,13 @@ def setup_model_pool_controller(
     *,
     placement: WeightsPlacement | None = None,
     slot_server_poll_seconds: float = DEFAULT_POLL_SECONDS,
+    slot_server_wait_seconds: float = DEFAULT_WAIT_SECONDS,
 ) -> ModelPoolReconciler:
     """Wire the controller into ``manager`` (every namespace); shares informers with the
     InferenceService controller where both read the same thing. ``placement``: the node cache
     a slot server mounts fetched weights from; ``slot_server_poll_seconds``: how often a pool
-    waiting on its slot server reads it (``--slot-server-poll``)."""
+    waiting on its slot server reads it (``--slot-server-poll``); ``slot_server_wait_seconds``,
+    how long one that sent an order watches for its effect (``--slot-server-wait``)."""
     pools = manager.informer(ModelPool.resource())
     inference_services = manager.informer(InferenceService.resource())
     deployments = manager.informer(DEPLOYMENTS)
@@ -618,6 +621,7 @@ def setup_model_pool_controller(
         endpoint_slices=endpoint_slices,
         placement=placement,
         poll_seconds=slot_server_poll_seconds,
+        wait_seconds=slot_server_wait_seconds,
     )
     reconciler = ModelPoolReconciler(
         manager.client,

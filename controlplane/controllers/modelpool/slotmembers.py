@@ -21,7 +21,8 @@ the status and the scheduler read it unchanged:
   never a drain on a guess.
 
 :func:`slot_orders` turns the decided slots into the server's orders: unload every released member
-still running, then load the granted one once nothing else runs.
+still running, then load the granted one once nothing else runs. :func:`stray_models` names what
+runs for no member (one removed from the pool while loaded), unloaded once idle.
 """
 
 from __future__ import annotations
@@ -140,6 +141,29 @@ def slot_orders(
         if state is not None and not state.running and not running - {model}:
             load = model
     return SlotOrders(unload, load)
+
+
+def orders_done(orders: SlotOrders, models: Mapping[str, ModelState]) -> bool:
+    """``/models`` shows ``orders`` carried out: every unloaded model stopped, the loaded one
+    loaded (or its child exited: the pool sees that as Failed)."""
+    if any((state := models.get(m)) is not None and state.running for m in orders.unload):
+        return False
+    if orders.load is None:
+        return True
+    state = models.get(orders.load)
+    return state is None or state.status is ModelStatus.LOADED or state.failed
+
+
+def stray_models(models_of: Mapping[str, str], view: SlotView) -> tuple[str, ...]:
+    """Models running in the server that no member serves any more (a member removed from the
+    pool while loaded): nobody's decision unloads them, and they would keep every grant waiting.
+    The runtime unloads each once its ``/slots`` says idle, as any drain."""
+    if view.models is None:
+        return ()
+    served = set(models_of.values())
+    return tuple(
+        sorted(name for name, state in view.models.items() if state.running and name not in served)
+    )
 
 
 def busy_with_orders(

@@ -12,9 +12,12 @@ before it plans and :meth:`SlotRuntime.carry_out` once the decision is written.
   is loaded.
 * **The reading** is one ``GET /models`` per reconcile, a live read, so the grant needs no other.
 * **The orders** (unload, load) follow the written decision, and are repeated by every reconcile
-  until ``/models`` shows them done (they are idempotent; ``/models`` has no watch, so the pool is
-  read again every ``poll_seconds`` while it waits). A load whose child exited on its own is not
-  repeated before :data:`FAILED_LOAD_RETRY_SECONDS`.
+  until ``/models`` shows them done (they are idempotent). ``/models`` has no watch: the reconcile
+  that sent an order reads it every 10 ms for up to ``wait_seconds`` and, once the order shows,
+  reconciles again at once (the grant follows an unload by one status write); past that the pool
+  is read every ``poll_seconds``. A model that runs for no member (one removed from the pool
+  while loaded) is unloaded once its ``/slots?model=`` says idle. A load whose child exited on its
+  own is not repeated before :data:`FAILED_LOAD_RETRY_SECONDS`.
 """
 
 from __future__ import annotations
@@ -25,16 +28,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import anyio
+
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
 from controlplane.controllers.children import FIELD_MANAGER, needs_apply
 from controlplane.controllers.inferenceservice.weights import WeightsPlacement
 from controlplane.controllers.inferenceservice.weightsstatus import weights_ready
 from controlplane.controllers.modelpool.member import MemberState
 from controlplane.controllers.modelpool.slotmembers import (
+    SlotOrders,
     SlotView,
     busy_with_orders,
+    orders_done,
     slot_member_state,
     slot_orders,
+    stray_models,
 )
 from controlplane.controllers.modelpool.slotserver import (
     desired_slot_deployment,
@@ -43,6 +51,8 @@ from controlplane.controllers.modelpool.slotserver import (
     slot_server_name,
     unservable,
 )
+from controlplane.probes.idle import IdleOutcome, IdleProbe
+from controlplane.probes.llamacpp import SlotsProbe
 from controlplane.probes.slotserver import SlotServerClient, SlotServerError
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import member_urls
@@ -53,6 +63,14 @@ log = logging.getLogger(__name__)
 
 #: How often a pool waiting on its slot server reads ``/models`` again (``--slot-server-poll``).
 DEFAULT_POLL_SECONDS: Final = 0.05
+#: How long a reconcile that sent an order watches for its effect before it polls instead
+#: (``--slot-server-wait``): a child's exit takes tens of ms, a tiny model's load hundreds.
+DEFAULT_WAIT_SECONDS: Final = 0.5
+#: The requeue once an order shows done: the next step follows at once (a delay of 0 would be no
+#: requeue at all, and ``requeue`` a rate-limited one).
+AT_ONCE_SECONDS: Final = 0.001
+#: How often ``/models`` is read while a reconcile watches an order take effect.
+SETTLE_POLL_SECONDS: Final = 0.01
 #: How soon a slot server that could not be read is read again, when no watch event comes first.
 UNREADABLE_REQUEUE_SECONDS: Final = 1.0
 #: A model whose child exited on its own is loaded again at most this often.
@@ -82,16 +100,22 @@ class SlotRuntime:
         services: Informer,
         endpoint_slices: Informer,
         server: SlotServerClient | None = None,
+        probe: IdleProbe | None = None,
         placement: WeightsPlacement | None = None,
         poll_seconds: float = DEFAULT_POLL_SECONDS,
+        wait_seconds: float = DEFAULT_WAIT_SECONDS,
     ) -> None:
         self.client = client
         self.deployments = deployments
         self.services = services
         self.endpoint_slices = endpoint_slices
         self.server = server or SlotServerClient()
+        #: Asks ``/slots?model=`` before a model that no member serves is unloaded.
+        self.probe: IdleProbe = probe or SlotsProbe()
         self.placement = placement or WeightsPlacement()
         self.poll_seconds = poll_seconds
+        #: How long a reconcile watches an order it sent take effect (``--slot-server-wait``).
+        self.wait_seconds = wait_seconds
         #: (pool key, model) → when a load of it was last sent while it had failed before.
         self._failed_loads: dict[tuple[str, str], float] = {}
 
@@ -168,11 +192,45 @@ class SlotRuntime:
         for model in orders.unload:
             order = await self.server.unload(view.url, model)
             log.info("%s: unload %s: %s", key, model, order.detail)
+        strays = stray_models(seen.models_of, view)
+        for model in strays:
+            await self._unload_when_idle(key, view.url, model)
         if orders.load is not None:
             await self._load(key, view, orders.load)
-        if orders.unload or orders.load or busy_with_orders(slots, seen.models_of, view):
+        if orders.unload or orders.load:
+            # The next step (the grant after an unload, the resident after a load) waits on this
+            # order's effect: watch for it closely a little while, then fall back to polling.
+            if await self._settled(view.url, orders):
+                return AT_ONCE_SECONDS
             return self.poll_seconds
+        if busy_with_orders(slots, seen.models_of, view):
+            return self.poll_seconds
+        if strays:
+            return UNREADABLE_REQUEUE_SECONDS  # re-probed as a deferred drain is
         return None
+
+    async def _settled(self, url: str, orders: SlotOrders) -> bool:
+        """Whether ``/models`` shows ``orders`` done (the unloaded not running, the loaded loaded
+        or failed) within :attr:`wait_seconds`, read every :data:`SETTLE_POLL_SECONDS`."""
+        deadline = time.monotonic() + self.wait_seconds
+        while time.monotonic() < deadline:
+            await anyio.sleep(SETTLE_POLL_SECONDS)
+            try:
+                models = await self.server.models(url)
+            except SlotServerError:
+                return False
+            if orders_done(orders, models):
+                return True
+        return False
+
+    async def _unload_when_idle(self, key: str, url: str, model: str) -> None:
+        """A model no member serves: unloaded only once ``/slots?model=`` says idle."""
+        report = await self.probe.probe(url, model=model)
+        if report.outcome is not IdleOutcome.IDLE:
+            log.info("%s: %s runs for no member; not unloaded yet: %s", key, model, report.detail)
+            return
+        order = await self.server.unload(url, model)
+        log.info("%s: %s runs for no member: unload: %s", key, model, order.detail)
 
     async def _load(self, key: str, view: SlotView, model: str) -> None:
         assert view.url is not None
