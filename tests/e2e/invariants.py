@@ -241,10 +241,10 @@ def _served_model(pid: int, environ: Mapping[str, str]) -> str | None:
     return environ.get(ALIAS_ENV)
 
 
-def _read_identity(pid: int, models: Mapping[str, str]) -> tuple[str, str] | None:
+def _read_identity(pid: int, namespace: str, models: Mapping[str, str]) -> tuple[str, str] | None:
     """``(member, pod)`` from the process's environment, or None (not ours, or not readable).
-    A slot server's child is the member whose model it serves (``models``: model name ->
-    ``namespace/member``); the router itself is no member."""
+    A slot server's child of ``namespace`` is the member whose model it serves (``models``: model
+    name -> ``namespace/member``); the router itself is no member."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as environ:
             raw = environ.read()
@@ -255,17 +255,13 @@ def _read_identity(pid: int, models: Mapping[str, str]) -> tuple[str, str] | Non
     found: dict[str, str] = {}
     for item in raw.split(b"\0"):
         key, _, value = item.partition(b"=")
-        if key in (
-            MEMBER_ENV.encode(),
-            POD_ENV.encode(),
-            SLOT_SERVER_ENV.encode(),
-            b"LLAMA_ARG_ALIAS",
-        ):
+        if key.decode(errors="replace") in (MEMBER_ENV, POD_ENV, SLOT_SERVER_ENV, ALIAS_ENV):
             found[key.decode()] = value.decode(errors="replace")
     if MEMBER_ENV in found:
         return found[MEMBER_ENV], found.get(POD_ENV, "")
-    if SLOT_SERVER_ENV not in found:
-        return None
+    server = found.get(SLOT_SERVER_ENV)
+    if server is None or server.partition("/")[0] != namespace:
+        return None  # not a slot server, or another namespace's (``models`` is this one's)
     model = _served_model(pid, found)
     if model is None or model not in models:
         return None
@@ -671,7 +667,7 @@ class PoolInvariantMonitor:
             if isinstance(entry, _Proc) and entry.start_ticks != ticks:
                 entry = None  # the pid was reused
             if not isinstance(entry, _Proc):
-                identity = _read_identity(pid, self._models)
+                identity = _read_identity(pid, self.namespace, self._models)
                 if identity is None or not identity[0].startswith(prefix):
                     if not isinstance(entry, _Unknown):
                         known[pid] = _Unknown(now)
