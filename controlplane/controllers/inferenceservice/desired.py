@@ -147,7 +147,8 @@ def _resources(isvc: InferenceService) -> dict[str, Any]:
     return resource_requirements(wanted.limits, wanted.requests) if wanted is not None else {}
 
 
-def _probe(initial_delay: int, period: int, failures: int) -> dict[str, Any]:
+def health_probe(initial_delay: int, period: int, failures: int) -> dict[str, Any]:
+    """llama-server's ``/health`` on the named port: a member's probes, and a slot server's."""
     probe: dict[str, Any] = {
         "httpGet": {"path": HEALTH_PATH, "port": PORT_NAME},
         "periodSeconds": period,
@@ -186,8 +187,8 @@ def desired_deployment(
         "image": isvc.spec.image or DEFAULT_IMAGE,
         "args": server_args(isvc, weights.model_path),
         "ports": [{"name": PORT_NAME, "containerPort": server_port(isvc), "protocol": "TCP"}],
-        "readinessProbe": _probe(0, READINESS_PERIOD_SECONDS, 3),
-        "livenessProbe": _probe(
+        "readinessProbe": health_probe(0, READINESS_PERIOD_SECONDS, 3),
+        "livenessProbe": health_probe(
             LIVENESS_INITIAL_DELAY_SECONDS, LIVENESS_PERIOD_SECONDS, LIVENESS_FAILURE_THRESHOLD
         ),
         # The server image decides its user (llama.cpp's runs as root), so runAsNonRoot is left

@@ -49,6 +49,7 @@ from controlplane.controllers.children import (
     resource_requirements,
     with_spec_hash,
 )
+from controlplane.controllers.inferenceservice.desired import health_probe
 from controlplane.controllers.inferenceservice.weights import (
     WeightsPlacement,
     cache_host_path,
@@ -61,7 +62,6 @@ SLOT_SERVER_LABEL: Final = "inference.modelpool.dev/slot-server"
 SLOT_SERVER_COMPONENT: Final = "slot-server"
 SLOT_SERVER_NAME: Final = "llama-server"
 CONTAINER_NAME: Final = "server"
-HEALTH_PATH: Final = "/health"
 #: The server is long-lived: its readiness matters once, at its start; liveness as a member's.
 READINESS_PERIOD_SECONDS: Final = 2
 LIVENESS_INITIAL_DELAY_SECONDS: Final = 60
@@ -197,18 +197,6 @@ def server_args(pool: ModelPool) -> list[str]:
     ]
 
 
-def _probe(initial_delay: int, period: int) -> dict[str, Any]:
-    probe: dict[str, Any] = {
-        "httpGet": {"path": HEALTH_PATH, "port": MEMBER_PORT_NAME},
-        "periodSeconds": period,
-        "timeoutSeconds": 5,
-        "failureThreshold": 3,
-    }
-    if initial_delay:
-        probe["initialDelaySeconds"] = initial_delay
-    return probe
-
-
 def desired_slot_deployment(
     pool: ModelPool,
     members: Sequence[InferenceService],
@@ -236,8 +224,8 @@ def desired_slot_deployment(
                 "protocol": "TCP",
             }
         ],
-        "readinessProbe": _probe(0, READINESS_PERIOD_SECONDS),
-        "livenessProbe": _probe(LIVENESS_INITIAL_DELAY_SECONDS, LIVENESS_PERIOD_SECONDS),
+        "readinessProbe": health_probe(0, READINESS_PERIOD_SECONDS, 3),
+        "livenessProbe": health_probe(LIVENESS_INITIAL_DELAY_SECONDS, LIVENESS_PERIOD_SECONDS, 3),
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
     wanted = spec.resources if spec is not None else None
