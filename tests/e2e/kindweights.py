@@ -251,3 +251,50 @@ async def ca_config_map(admin: KubeClient, namespace: str, ca_pem: bytes) -> str
             "data": {"ca.crt": ca_pem.decode()}}  # fmt: skip
     await admin.create(CONFIGMAPS, body, namespace)
     return CA_CONFIG_MAP
+
+
+async def copied_into_claim(
+    admin: KubeClient, cluster: TestCluster, namespace: str, image_file: str, path_in_claim: str
+) -> str:
+    """One more of the image's models (``image_file`` under :data:`IMAGE_MODELS`) copied into
+    the claim :func:`filled_claim` made, at ``path_in_claim``; returns its ``pvc://`` source.
+
+    Why a second pod and not a second file in the first: a pool of several members reads
+    several files of one claim (a slot server mounts the claim once per member), which is the
+    shape worth testing, while :func:`filled_claim`'s callers keep the one model they expect."""
+    assert cluster.llama_image is not None
+    stem = image_file.removesuffix(".gguf").replace(".", "-").replace("_", "-").lower()
+    name = f"fill-{stem}"
+    folder = path_in_claim.rsplit("/", 1)[0] if "/" in path_in_claim else "."
+    copy = (
+        f"mkdir -p /claim/{folder} && cp {IMAGE_MODELS}/{image_file} /claim/{path_in_claim} "
+        f"&& chmod 0644 /claim/{path_in_claim}"
+    )
+    filler = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {"runAsUser": 0, "runAsNonRoot": False},
+            "containers": [
+                {
+                    "name": "copy",
+                    "image": cluster.llama_image,
+                    "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", copy],
+                    "volumeMounts": [{"name": "claim", "mountPath": "/claim"}],
+                }
+            ],
+            "volumes": [{"name": "claim", "persistentVolumeClaim": {"claimName": CLAIM}}],
+        },
+    }
+    await admin.create(PODS, filler, namespace)
+
+    async def copied() -> bool:
+        phase = await pod_phase(admin, namespace, name)
+        assert phase != "Failed", f"the pod copying {image_file} into the claim failed"
+        return phase == "Succeeded"
+
+    await eventually(copied, timeout=ROLLOUT_TIMEOUT, interval=0.5, what=f"{image_file} copied")
+    return f"pvc://{CLAIM}/{path_in_claim}"
