@@ -49,17 +49,25 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from bench.kind_cluster import Cluster, KindError, kind_cluster
+from bench.kind_cluster import (
+    OPERATOR_DEPLOYMENT,
+    OPERATOR_NAMESPACE,
+    Cluster,
+    KindError,
+    kind_cluster,
+)
 from bench.kind_switch_phases import (
     Run,
     ours_switch,
     report,
     router_mode_switch,
     running,
+    slot_server_switch,
     timestamped,
 )
 from bench.real_pool import MAX_TOKENS, PROMPT
 from controlplane.controllers.inferenceservice.desired import ISVC_LABEL
+from controlplane.controllers.modelpool.slotserver import SLOT_SERVER_LABEL
 
 GROUP: Final = "inference.modelpool.dev/v1alpha1"
 POOL: Final = "gpu"
@@ -73,6 +81,10 @@ SERVER_PORT: Final = 8080
 ROUTER_MODE: Final = "router-mode"
 PROXY_LABEL: Final = "inference.modelpool.dev/modelrouter"
 READY_TIMEOUT: Final = 300.0
+#: Where the slot server's weights are put on the node (a slot server mounts ``file://`` sources
+#: as hostPath files; a path inside the image is refused, as it cannot be mounted into its pod).
+NODE_MODELS: Final = "/var/lib/modelpool-bench/models"
+COPY_WEIGHTS: Final = "copy-weights"
 
 #: The client, run in a pod: argv URL SWITCHES MODEL_A MODEL_B CHECK_LOADED, the prompt in
 #: $PROMPT; one JSON line per request (wall-clock stamps: sent, first token, answer complete).
@@ -194,6 +206,56 @@ def router_mode_objects(namespace: str, llama_image: str) -> list[dict[str, Any]
             "spec": {"selector": labels, "ports": [{"port": 80, "targetPort": "http"}]},
         },
     ]
+
+
+def node_weights_pod(namespace: str, llama_image: str) -> dict[str, Any]:
+    """A one-shot pod copying the member image's two models to :data:`NODE_MODELS` on the node,
+    as root (the kubelet makes the hostPath folder as root; the image's user is not)."""
+    copy = (f"cp /models/{MODELS[0]}.gguf /models/{MODELS[1]}.gguf /node/ "
+            f"&& chmod 0644 /node/*.gguf")  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": COPY_WEIGHTS, "namespace": namespace},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "securityContext": {"runAsUser": 0, "runAsNonRoot": False},
+            "containers": [
+                {
+                    "name": "copy",
+                    "image": llama_image,
+                    "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", copy],
+                    "volumeMounts": [{"name": "node", "mountPath": "/node"}],
+                }
+            ],
+            "volumes": [
+                {"name": "node", "hostPath": {"path": NODE_MODELS, "type": "DirectoryOrCreate"}}
+            ],
+        },
+    }
+
+
+def slot_pool_objects(
+    namespace: str, llama_image: str, proxies: int, min_residency: str
+) -> list[dict[str, Any]]:
+    """:func:`pool_objects` with a slot server: the same members, their weights the node files
+    :func:`node_weights_pod` made (``file://``), the pool running one llama-server of the same
+    image in router mode with the members' flags (and ``--metrics``, which the operator gives a
+    member) as ``spec.slotServer.args``."""
+    objects = pool_objects(namespace, llama_image, proxies, min_residency)
+    for obj in objects:
+        if obj["kind"] == "InferenceService":
+            model = obj["spec"]["model"]
+            model["source"] = f"file://{NODE_MODELS}/{model['name']}.gguf"
+            del obj["spec"]["args"]  # a member's own args do not apply in a slot server
+        elif obj["kind"] == "ModelPool":
+            obj["spec"]["slotServer"] = {
+                "image": llama_image,
+                "args": ["--metrics", *SERVER_FLAGS],
+            }
+    return objects
 
 
 def client_pod(
@@ -448,6 +510,69 @@ def run_router_mode(cluster: Cluster, namespace: str, switches: int) -> Run:
     return Run(records[0], found, [r for r in records if r["kind"] == "next"])
 
 
+def slot_pods(cluster: Cluster, namespace: str) -> list[str]:
+    """The slot server's pods, as ``name/uid``."""
+    found = cluster.kubectl("get", "pods", "-n", namespace, "-l", f"{SLOT_SERVER_LABEL}={POOL}",
+                            "-o", "jsonpath={range .items[*]}{.metadata.name}/{.metadata.uid} "
+                            "{end}")  # fmt: skip
+    return sorted(found.split())
+
+
+def run_slot_server(
+    cluster: Cluster, namespace: str, switches: int, proxies: int, min_residency: str
+) -> Run:
+    """Ours with a slot server: the same client and sequence; every switch an unload and a load
+    in one pod, which must be the same pod at the end, with no member pod ever seen."""
+    cluster.apply([node_weights_pod(namespace, cluster.builds.llama_image)])
+    cluster.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.phase}=Succeeded",
+                    f"pod/{COPY_WEIGHTS}", f"--timeout={READY_TIMEOUT:.0f}s")  # fmt: skip
+    cluster.apply(slot_pool_objects(namespace, cluster.builds.llama_image, proxies, min_residency))
+
+    def settled() -> bool:
+        pool = cluster.get(namespace, "modelpool", POOL).get("status") or {}
+        proxy = cluster.get(namespace, "deployment", f"{ROUTER}-proxy").get("status") or {}
+        return (
+            pool.get("residentMember") == MODELS[0]
+            and pool.get("phase") == "Ready"
+            and proxy.get("availableReplicas") == proxies
+        )
+
+    wait_for("the slot server with tiny-1 loaded and the proxies available", _quiet(settled))
+    (server,) = slot_pods(cluster, namespace)
+    pods = Watch(cluster, namespace, "pods")
+    leases = Watch(cluster, namespace, "leases")
+    try:
+        records = run_client(cluster, namespace, "client-slot", f"http://{ROUTER}.{namespace}.svc",
+                             switches, check=False)  # fmt: skip
+        time.sleep(1)  # the last events and lines arrive
+    finally:
+        pods.stop()
+        leases.stop()
+    if slot_pods(cluster, namespace) != [server]:
+        raise SystemExit(f"the slot server's pod {server} was replaced: "
+                         f"{slot_pods(cluster, namespace)}")  # fmt: skip
+    members = {
+        obj["metadata"]["name"]
+        for _at, _kind, obj in pods.snapshot()
+        if ISVC_LABEL in (obj.get("metadata", {}).get("labels") or {})
+    }
+    if members:
+        raise SystemExit(f"a pool with a slot server ran member pods: {sorted(members)}")
+    name = server.split("/", 1)[0]
+    server_text = cluster.kubectl("logs", "-n", namespace, name, "--timestamps", "--tail=-1")
+    operator_text = cluster.kubectl("logs", "-n", OPERATOR_NAMESPACE,
+                                    f"deployment/{OPERATOR_DEPLOYMENT}", "--timestamps",
+                                    "--tail=-1")  # fmt: skip
+    server_lines, operator_lines = timestamped(server_text), timestamped(operator_text)
+    key, lease_events = f"{namespace}/{POOL}", leases.snapshot()
+    found = [
+        slot_server_switch(r, key, lease_events, operator_lines, server_lines)
+        for r in records
+        if r["kind"] == "switch"
+    ]
+    return Run(records[0], found, [r for r in records if r["kind"] == "next"])
+
+
 def _quiet(test: Callable[[], bool]) -> Callable[[], bool]:
     """``test``, False while the objects it reads do not exist yet."""
 
@@ -474,6 +599,8 @@ def main() -> None:
     parser.add_argument("--cluster-name", default="modelpool-bench",
                         help="the name of the cluster made (default modelpool-bench)")  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the cluster made")
+    parser.add_argument("--no-slot-server", action="store_true",
+                        help="leave out ours with a slot server (spec.slotServer)")  # fmt: skip
     args = parser.parse_args()
     if args.switches < 1:
         parser.error("--switches must be at least 1")
@@ -481,20 +608,29 @@ def main() -> None:
     create = args.cluster is None
     with kind_cluster(args.cluster or args.cluster_name, create=create, keep=args.keep) as cluster:
         ready = time.monotonic()
-        namespace = f"bench-switch-{secrets.token_hex(3)}"
+        suffix = secrets.token_hex(3)
+        namespace = f"bench-switch-{suffix}"
+        # Ours with a slot server has a namespace of its own: the same names (pool, router,
+        # members), so the client and the sequence are the same.
+        slot_namespace = f"bench-slot-{suffix}"
         cluster.kubectl("create", "namespace", namespace)
+        cluster.kubectl("create", "namespace", slot_namespace)
+        slot: Run | None = None
         try:
             ours = run_ours(cluster, namespace, args.switches, args.proxies, args.min_residency)
             # Router mode's pod is made only now; ours stays idle (its resident member and
-            # proxies wait) while router mode is measured.
+            # proxies wait) while router mode is measured, and both while the slot server is.
             router_mode = run_router_mode(cluster, namespace, args.switches)
+            if not args.no_slot_server:
+                slot = run_slot_server(cluster, slot_namespace, args.switches, args.proxies,
+                                       args.min_residency)  # fmt: skip
         finally:
             if not create or args.keep:
-                cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+                cluster.kubectl("delete", "namespace", namespace, slot_namespace, "--wait=false")
         measured = time.monotonic()
-    print(f"\ncluster ready in {ready - started:.0f} s, both modes measured in "
+    print(f"\ncluster ready in {ready - started:.0f} s, the modes measured in "
           f"{measured - ready:.0f} s, {time.monotonic() - started:.0f} s in all")  # fmt: skip
-    report(ours, router_mode)
+    report(ours, router_mode, slot)
 
 
 if __name__ == "__main__":

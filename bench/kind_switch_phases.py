@@ -74,19 +74,31 @@ def server_times(lines: list[tuple[float, str]]) -> tuple[float, float] | None:
 
 # --- one switch, phase by phase -----------------------------------------------------------------
 
-#: The phases of a switch, in order; each is the time from the previous mark to this one.
+#: The phases of a switch, in order; each is the time from the previous mark to this one. The
+#: columns: the phase, then its mark for ours (member pods), router mode and ours with a slot
+#: server (one llama-server in router mode that the pool loads and unloads models in).
 PHASES: Final = (
-    ("hold, intent", "request sent → pool's Lease claimed", "request → queued for its model"),
-    ("drain wait", "→ old pod Terminating (idle gate, scale to 0)", "→ idle child evicted"),
-    ("old pod gone", "→ old pod deleted", "→ old child exited"),
-    ("new pod created", "→ new pod in the watch", "—"),
-    ("new pod scheduled", "→ new pod bound to the node", "→ new child spawned"),
-    ("container started", "→ llama-server process started", "→ child process started"),
-    ("server healthy (the load)", "→ `model loaded` (/health 200)", "→ `model loaded`"),
-    ("readiness seen", "→ proxy's direct probe / EndpointSlice ready", "→ router proxies to it"),
-    ("first token", "→ first token at the client", "→ first token at the client"),
-    ("answer complete", "→ last token at the client", "→ last token at the client"),
-)
+    ("hold, intent", "request sent → pool's Lease claimed", "request → queued for its model",
+     "request sent → pool's Lease claimed"),
+    ("drain wait", "→ old pod Terminating (idle gate, scale to 0)", "→ idle child evicted",
+     "→ resident released (idle gate on `/slots?model=`, status written)"),
+    ("old pod gone", "→ old pod deleted", "→ old child exited",
+     "→ old child exited (`POST /models/unload`)"),
+    ("new pod created", "→ new pod in the watch", "—",
+     "→ target granted (the unload seen on `/models`)"),
+    ("new pod scheduled", "→ new pod bound to the node", "→ new child spawned",
+     "→ new child spawned (`POST /models/load`)"),
+    ("container started", "→ llama-server process started", "→ child process started",
+     "→ child process started"),
+    ("server healthy (the load)", "→ `model loaded` (/health 200)", "→ `model loaded`",
+     "→ `model loaded`"),
+    ("readiness seen", "→ proxy's direct probe / EndpointSlice ready", "→ router proxies to it",
+     "→ the server proxies our request to it"),
+    ("first token", "→ first token at the client", "→ first token at the client",
+     "→ first token at the client"),
+    ("answer complete", "→ last token at the client", "→ last token at the client",
+     "→ last token at the client"),
+)  # fmt: skip
 #: Where the marks of the server's start, its health and its readiness seen are in PHASES.
 STARTED, HEALTHY, SEEN = 5, 6, 7
 
@@ -233,21 +245,24 @@ PROXYING: Final = re.compile(r"proxying request to model (\S+) on port (\d+)")
 CHILD: Final = re.compile(r"^\[(\d+)\] (.*)$")
 
 
-def router_mode_switch(record: dict[str, Any], lines: list[tuple[float, str]]) -> Switch:
-    """The marks of one switch in router mode, from its pod's log."""
-    window = [(at, line) for at, line in lines if in_window(at, record)]
-    target = record["model"]
+def _first(
+    window: list[tuple[float, str]],
+    pattern: re.Pattern[str],
+    test: Callable[[re.Match[str]], bool],
+) -> float | None:
+    for at, line in window:
+        match = pattern.search(line)
+        if match is not None and test(match):
+            return at
+    return None
 
-    def first(pattern: re.Pattern[str], test: Callable[[re.Match[str]], bool]) -> float | None:
-        for at, line in window:
-            match = pattern.search(line)
-            if match is not None and test(match):
-                return at
-        return None
 
-    queued = first(QUEUED, lambda m: m.group(1) == target)
-    evicted = first(EVICTED, lambda m: m.group(1) != target)
-    exited = first(EXITED, lambda m: m.group(1) != target)
+def _child_marks(
+    window: list[tuple[float, str]], target: str
+) -> tuple[float | None, float | None, float | None, float | None]:
+    """In a router-mode server's log: the target's child spawned, its process's start, its
+    ``model loaded`` line (the child's lines come prefixed with its port), and the router's first
+    request proxied to it; None for each not found."""
     port = ""
     spawned = None
     for at, line in window:
@@ -261,13 +276,77 @@ def router_mode_switch(record: dict[str, Any], lines: list[tuple[float, str]]) -
         if (match := CHILD.match(line)) is not None and match.group(1) == port
     ]
     times = server_times(child)
-    proxied = first(PROXYING, lambda m: m.group(1) == target and m.group(2) == port)
-    if times is None or None in (queued, evicted, exited, spawned, proxied):
+    proxied = _first(window, PROXYING, lambda m: m.group(1) == target and m.group(2) == port)
+    started, healthy = times if times is not None else (None, None)
+    return spawned, started, healthy, proxied
+
+
+def router_mode_switch(record: dict[str, Any], lines: list[tuple[float, str]]) -> Switch:
+    """The marks of one switch in router mode, from its pod's log."""
+    window = [(at, line) for at, line in lines if in_window(at, record)]
+    target = record["model"]
+    queued = _first(window, QUEUED, lambda m: m.group(1) == target)
+    evicted = _first(window, EVICTED, lambda m: m.group(1) != target)
+    exited = _first(window, EXITED, lambda m: m.group(1) != target)
+    spawned, started, healthy, proxied = _child_marks(window, target)
+    if None in (queued, evicted, exited, spawned, started, healthy, proxied):
         raise SystemExit(f"router mode, switch {record['index']}: its log lacks a step "
-                         f"{[evicted, exited, spawned, times, proxied]}")  # fmt: skip
-    started, healthy = times
+                         f"{[evicted, exited, spawned, started, healthy, proxied]}")  # fmt: skip
     marks: list[float | None] = [queued, evicted, exited, None, spawned, started, healthy, proxied,
                                  float(record["first_token"]), float(record["done"])]  # fmt: skip
+    return Switch(record, marks, "its proxying line")
+
+
+#: The pool controller's lines (``NAMESPACE/POOL: ...``) as a decision is written: the resident
+#: released once its idle gate passed, and the target granted once nothing else is loaded. The
+#: pool's key is put in front (:func:`decision_patterns`): in a JSON log the message is quoted.
+RELEASED: Final = r": (\S+) released: drained"
+GRANTED: Final = r": (\S+) granted the slot"
+
+
+def decision_patterns(pool_key: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """The released and granted lines of the pool ``pool_key`` (``NAMESPACE/POOL``)."""
+    key = re.escape(pool_key)
+    return re.compile(key + RELEASED), re.compile(key + GRANTED)
+
+
+def slot_server_switch(
+    record: dict[str, Any],
+    pool_key: str,
+    leases: list[tuple[float, str, dict[str, Any]]],
+    operator_lines: list[tuple[float, str]],
+    server_lines: list[tuple[float, str]],
+) -> Switch:
+    """The marks of one switch of ours with a slot server: the pool's Lease claimed (the watch),
+    the resident released and the target granted (the operator's log, ``pool_key`` being
+    ``NAMESPACE/POOL``), then the old child's exit, the new child's spawn, start, load and the
+    request proxied to it (the slot server's own log, llama.cpp's router mode)."""
+    target = record["model"]
+    pool = pool_key.rsplit("/", 1)[-1]
+    claimed = next(
+        (
+            at
+            for at, _kind, obj in leases
+            if obj.get("metadata", {}).get("name") == pool_lease_name(pool)
+            and (obj.get("spec") or {}).get("holderIdentity")
+            and in_window(at, record)
+        ),
+        None,
+    )
+    decisions = [(at, line) for at, line in operator_lines if in_window(at, record)]
+    release_line, grant_line = decision_patterns(pool_key)
+    released = _first(decisions, release_line, lambda m: m.group(1) != target)
+    granted = _first(decisions, grant_line, lambda m: m.group(1) == target)
+    window = [(at, line) for at, line in server_lines if in_window(at, record)]
+    exited = _first(window, EXITED, lambda m: m.group(1) != target)
+    spawned, started, healthy, proxied = _child_marks(window, target)
+    client = [float(record["first_token"]), float(record["done"])]
+    marks: list[float | None] = [claimed, released, exited, granted, spawned, started, healthy,
+                                 proxied, *client]  # fmt: skip
+    if any(m is None for m in marks):
+        raise SystemExit(f"slot server, switch {record['index']} to {target}: a mark is missing "
+                         f"(Lease, released, exited, granted, spawned, started, loaded, proxied, "
+                         f"first token, done): {marks}")  # fmt: skip
     return Switch(record, marks, "its proxying line")
 
 
@@ -285,19 +364,32 @@ def median_ms(values: Iterator[float] | list[float]) -> float:
     return statistics.median(list(values)) * 1000
 
 
-def report(ours: Run, router_mode: Run) -> str:
-    """The table, then the final line (returned too)."""
+def report(ours: Run, router_mode: Run, slot: Run | None = None) -> str:
+    """The table (with ``slot``, a column for ours with a slot server beside the others), the
+    targets, then the final line (returned too). The slot server's own line comes before the
+    final one, so a script reading the last line reads what it always did."""
     runs = {"ours": ours, "router mode": router_mode}
+    if slot is not None:
+        runs["slot server"] = slot
+    columns = list(runs.values())
     print(f"\n{len(ours.switches)} switches per mode; ms, median (min to max); each phase is the "
           "time from the previous mark to its own")  # fmt: skip
-    print("| phase | ours: mark | ours | router mode: mark | router mode |")
-    print("|---|---|---|---|---|")
-    for index, (label, ours_mark, router_mark) in enumerate(PHASES):
+    head = "| phase | ours: mark | ours | router mode: mark | router mode |"
+    rule = "|---|---|---|---|---|"
+    if slot is not None:
+        head += " slot server: mark | slot server |"
+        rule += "---|---|"
+    print(head)
+    print(rule)
+    for index, (label, *marks) in enumerate(PHASES):
         cells = []
-        for run in runs.values():
+        for run in columns:
             values = [p for s in run.switches if (p := s.phase(index)) is not None]
             cells.append(_ms(values))
-        print(f"| {label} | {ours_mark} | {cells[0]} | {router_mark} | {cells[1]} |")
+        row = f"| {label} | {marks[0]} | {cells[0]} | {marks[1]} | {cells[1]} |"
+        if slot is not None:
+            row += f" {marks[2]} | {cells[2]} |"
+        print(row)
     rows: list[tuple[str, Callable[[Run], str]]] = [
         ("**the request that switched** (sent → answer complete)",
          lambda r: _ms([s.total for s in r.switches])),
@@ -311,7 +403,7 @@ def report(ours: Run, router_mode: Run) -> str:
          lambda r: f"{statistics.median(s.record.get('prompt_n') or 0 for s in r.switches):g}"),
     ]  # fmt: skip
     for label, cell in rows:
-        print(f"| {label} | | {cell(ours)} | | {cell(router_mode)} |")
+        print("| " + label + " |" + "".join(f" | {cell(run)} |" for run in columns))
 
     ours_ms = median_ms([s.total for s in ours.switches])
     router_ms = median_ms([s.total for s in router_mode.switches])
@@ -324,6 +416,12 @@ def report(ours: Run, router_mode: Run) -> str:
           f"{met[overhead <= OVERHEAD_TARGET_MS]} ({overhead:.0f}); readiness seen "
           f"≤ {READINESS_TARGET_MS:.0f} ms after /health 200: "
           f"{met[readiness <= READINESS_TARGET_MS]} ({readiness:.0f})")  # fmt: skip
+    if slot is not None:
+        slot_overhead = median_ms([s.total - s.load for s in slot.switches])
+        print(f"targets (issue 22), slot server: overhead above the load "
+              f"≤ {OVERHEAD_TARGET_MS:.0f} ms: {met[slot_overhead <= OVERHEAD_TARGET_MS]} "
+              f"({slot_overhead:.0f})")  # fmt: skip
+        print(slot_line(slot, router_mode))
     line = (
         f"kind switch: ours {ours_ms:.0f} ms (overhead {overhead:.0f} ms above the load of "
         f"{median_ms([s.load for s in ours.switches]):.0f} ms), router mode {router_ms:.0f} ms "
@@ -334,3 +432,15 @@ def report(ours: Run, router_mode: Run) -> str:
     )
     print(line)
     return line
+
+
+def slot_line(slot: Run, router_mode: Run) -> str:
+    """The script line of ours with a slot server against router mode in one pod, medians."""
+    slot_ms = median_ms([s.total for s in slot.switches])
+    router_ms = median_ms([s.total for s in router_mode.switches])
+    return (
+        f"kind switch (slot server): ours {slot_ms:.0f} ms (overhead "
+        f"{median_ms([s.total - s.load for s in slot.switches]):.0f} ms above the load of "
+        f"{median_ms([s.load for s in slot.switches]):.0f} ms), router mode {router_ms:.0f} ms, "
+        f"ratio {slot_ms / router_ms:.1f}x"
+    )
