@@ -12,6 +12,13 @@ Judged once the client has its answer (or gave up), on the run's record
 * a paused leader, once continued, had no write of state accepted and exited 1;
 * no process wrote a child that a swap never changes (a Service, a member's NetworkPolicy, the
   router's RBAC).
+
+In the slot-server variant (``Harness.slot_server``) a member never has a pod of its own: instead
+of "``a``'s Deployment at 0 and no pod", both members' Deployments want 0 and the monitor's watch
+never saw a pod of either (not only none at the end: a pod that came and went is a swap done the
+pod way); the slot server's ``/models`` ends with exactly ``b`` loaded, and its pod is the one
+that served at the start (a swap never restarts the server). The monitor counts the server's
+children as the members whose model they serve, so "no two members at once" covers it unchanged.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import httpx
 
 from controlplane.controllers.inferenceservice import ISVC_LABEL
 from controlplane.local.system import OperatorProcess
@@ -27,6 +35,7 @@ from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import DEPLOYMENTS, PODS
 from tests.e2e.faultplan import CLIENT_DEADLINE_SECONDS, SETTLE_SECONDS, SWAP_BUDGET_SECONDS
 from tests.e2e.faultproxy import Object
+from tests.e2e.test_slot_server import loaded_models
 from tests.e2e.waiting import eventually
 
 if TYPE_CHECKING:
@@ -35,7 +44,6 @@ if TYPE_CHECKING:
 
 async def judge(run: Run) -> list[str]:
     failures: list[str] = []
-    admin, ns = run.h.admin, run.h.namespace
     killed_replicas = {p.name for p in run.router.processes if not p.running()}
     last = run.attempts[-1] if run.attempts else None
     if last is None or last.status != 200:
@@ -66,12 +74,10 @@ async def judge(run: Run) -> list[str]:
             v.describe() for v in list(run.h.monitor.violations)
             if v.kind == "overlap" and v.pool == run.pool
         ]  # fmt: skip
-    a_deployment = await _get(admin, DEPLOYMENTS, run.a, ns)
-    if a_deployment is not None and (a_deployment.get("spec") or {}).get("replicas"):
-        failures.append(f"a's Deployment still wants {a_deployment['spec']['replicas']}")
-    pods = await admin.list(PODS, ns, label_selector=f"{ISVC_LABEL}={run.a}")
-    if pods.items:
-        failures.append(f"a still has pods: {[p['metadata']['name'] for p in pods.items]}")
+    if run.h.slot_server:
+        failures += await slot_server_end(run)
+    else:
+        failures += await member_pods_end(run)
     failures += unchanged_children_written(run)
     if run.resumed_at is not None and run.paused is not None:
         failures += stale_writes(run, run.paused)
@@ -104,6 +110,61 @@ def stale_writes(run: Run, paused: OperatorProcess) -> list[str]:
             f"the paused leader wrote after it was continued: {w.describe()}"
             for w in late if w.resource != "events"
         ]  # fmt: skip
+
+
+async def member_pods_end(run: Run) -> list[str]:
+    """Member pods: ``a``'s Deployment wants 0 and ``a`` has no pod left."""
+    failures: list[str] = []
+    admin, ns = run.h.admin, run.h.namespace
+    a_deployment = await _get(admin, DEPLOYMENTS, run.a, ns)
+    if a_deployment is not None and (a_deployment.get("spec") or {}).get("replicas"):
+        failures.append(f"a's Deployment still wants {a_deployment['spec']['replicas']}")
+    pods = await admin.list(PODS, ns, label_selector=f"{ISVC_LABEL}={run.a}")
+    if pods.items:
+        failures.append(f"a still has pods: {[p['metadata']['name'] for p in pods.items]}")
+    return failures
+
+
+#: How long the slot server's ``/models`` may take to show the settled pool: the pool's resident
+#: is written once ``/models`` showed ``b`` loaded, so this is slack, not a wait for the swap.
+SLOT_MODELS_SECONDS = 10.0
+
+
+async def slot_server_end(run: Run) -> list[str]:
+    """The slot-server variant's end: the same server, exactly ``b`` loaded in it, no member pod
+    ever, both members' Deployments at 0."""
+    failures: list[str] = []
+    admin, ns = run.h.admin, run.h.namespace
+    for role, member in (("a", run.a), ("b", run.b)):
+        deployment = await _get(admin, DEPLOYMENTS, member, ns)
+        if deployment is not None and (deployment.get("spec") or {}).get("replicas"):
+            failures.append(f"{role}'s Deployment wants {deployment['spec']['replicas']}")
+    ever = [
+        e.subject for e in list(run.h.monitor.timeline)
+        if e.source == "pod" and e.what == "added"
+        and e.subject.split("/")[0] in (run.a, run.b)
+    ]  # fmt: skip
+    pods = await admin.list(PODS, ns, label_selector=f"{ISVC_LABEL} in ({run.a},{run.b})")
+    ever += [p["metadata"]["name"] for p in pods.items]
+    if ever:
+        failures.append(f"a member had a pod of its own: {sorted(set(ever))}")
+    server = await run.slot_pods()
+    if not run.slot_pod_at_start or server != run.slot_pod_at_start:
+        failures.append(f"the slot server's pod was replaced: {run.slot_pod_at_start} -> {server}")
+    wanted = {f"model-{run.a}": "unloaded", f"model-{run.b}": "loaded"}
+    seen: dict[str, str] = {}
+
+    async def only_b_loaded() -> bool:
+        nonlocal seen
+        async with httpx.AsyncClient(timeout=5, trust_env=False) as http:
+            seen = await loaded_models(http, run.slot_url)
+        return seen == wanted
+
+    try:
+        await eventually(only_b_loaded, timeout=SLOT_MODELS_SECONDS, what="only b loaded")
+    except (AssertionError, httpx.HTTPError) as err:
+        failures.append(f"the slot server's /models is not exactly b loaded: {seen} ({err})")
+    return failures
 
 
 async def _get(admin: KubeClient, resource: Any, name: str, namespace: str) -> Object | None:

@@ -11,6 +11,12 @@ member's role in the scenario (``a`` the resident, ``b`` the target), numbered w
 write happens more than once (``PUT modelpools/pool/status #2``). Writes that are not the swap's
 (events, the operator's own leader-election renewals) are left out: crashing after one is a
 crash at a random moment, which the other points already cover.
+
+**A point may also be named by what its write set** (:func:`marked_point`):
+``PUT modelpools/pool/status [resident=b]`` is the first write of that kind whose summary has
+``resident=b``, whatever its number. The pool's status is written more often than the swap's steps
+(a condition or the waiting demand changes between two steps, or not, by timing), so "the grant"
+or "the resident" is not always the same ``#N``; the bounded plan names such steps this way.
 """
 
 from __future__ import annotations
@@ -54,10 +60,42 @@ class WritePoint:
     kind: str  # "PATCH deployments/a"
     ordinal: int  # 1-based
     example: str = field(default="", compare=False)  # what the reference run's write set
+    #: A marked point: the first write of ``kind`` whose summary has this token (``resident=b``),
+    #: instead of the ``ordinal``-th (which is then only the reference run's number of it).
+    sets: str = ""
 
     @property
     def name(self) -> str:
+        if self.sets:
+            return f"{self.kind} [{self.sets}]"
         return self.kind if self.ordinal == 1 else f"{self.kind} #{self.ordinal}"
+
+
+def summary_tokens(summary: str) -> set[str]:
+    """``resident=a pending=b a=Released,b=Granted`` as its tokens (``a=Released``, ...)."""
+    return {token for token in re.split(r"[ ,]", summary) if token}
+
+
+#: A marked point's name: ``KIND [TOKEN]``.
+_MARKED = re.compile(r"^(?P<kind>.+) \[(?P<sets>[^\]]+)\]$")
+
+
+def marked_point(process: str, name: str, points: Sequence[WritePoint]) -> WritePoint | None:
+    """The point ``name`` (``KIND [TOKEN]``) of ``process``: the first of the reference run's
+    ``points`` of that kind whose write set TOKEN; None if ``name`` is not marked or no write
+    of the reference set it."""
+    marked = _MARKED.match(name)
+    if marked is None:
+        return None
+    kind, sets = marked["kind"], marked["sets"]
+    return next(
+        (
+            WritePoint(process, kind, p.ordinal, p.example, sets)
+            for p in points
+            if p.process == process and p.kind == kind and sets in summary_tokens(p.example)
+        ),
+        None,
+    )
 
 
 def role_name(name: str, roles: dict[str, str]) -> str:
@@ -113,6 +151,13 @@ class PointCounter:
             return False
         kind = write_kind(write, self.roles)
         self.seen[kind] = self.seen.get(kind, 0) + 1
+        if point.sets:
+            if kind != point.kind:
+                return False
+            if point.sets not in summary_tokens(role_name(write.summary, self.roles)):
+                return False
+            self.seen[point.name] = self.seen.get(point.name, 0) + 1
+            return self.seen[point.name] == 1
         return kind == point.kind and self.seen[kind] == point.ordinal
 
 

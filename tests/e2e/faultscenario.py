@@ -17,6 +17,13 @@ One run (docs/faults.md), in the namespace the node stand-in and the pool invari
    Deployment at 0 and no pod, and no Lease held; every answer was a 200 from ``b``'s model or a
    503 with ``Retry-After``, each within the pool's budget (a connection cut only by a killed
    replica); a paused leader wrote nothing after it was continued.
+
+**The slot-server variant** (``Harness.slot_server``): the same swap in a pool with
+``spec.slotServer``, where the pool loads and unloads models in one long-lived router-mode server
+(``<pool>-slot``, played by the node stand-in) instead of scaling member Deployments. The members
+read their weights from node files (``file://``, written into the stand-in's host root before
+the pool is created); the server's pod is noted once the pool is warm, so the oracle can tell a
+restarted server from the one that was there.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import msgspec
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.controllers.inferenceservice import ISVC_LABEL
+from controlplane.controllers.modelpool.slotserver import SLOT_SERVER_LABEL, slot_server_name
 from controlplane.controllers.modelrouter import activation_name, proxy_name
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE
 from controlplane.local.system import (
@@ -45,8 +53,9 @@ from controlplane.local.system import (
 )
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.config import ClientConfig
+from controlplane.runtime.endpoints import MEMBER_PORT_NAME, SERVICE_NAME_LABEL, ready_urls
 from controlplane.runtime.errors import NotFound
-from controlplane.runtime.resources import LEASES, PODS, ROLE_BINDINGS
+from controlplane.runtime.resources import ENDPOINT_SLICES, LEASES, PODS, ROLE_BINDINGS
 from tests.e2e.bodies import pool_body
 from tests.e2e.faultoracle import judge
 from tests.e2e.faultplan import (
@@ -67,6 +76,8 @@ from tests.e2e.invariants import PoolInvariantMonitor
 from tests.e2e.kubectl import REPO
 from tests.e2e.operator_process import LocalProcess, wait_until_ready
 from tests.e2e.proxies import isvc_body
+from tests.e2e.test_slot_server import MODELS, member_body
+from tests.e2e.test_standin_pods import node_folder
 from tests.e2e.waiting import eventually
 
 #: The operator's leader election, short so that a crashed leader is replaced within a run.
@@ -80,6 +91,8 @@ OPERATOR_FLAGS: Final = (
 POOL_LEASE_SECONDS: Final = 3
 #: How long a paused leader stays stopped beyond the moment its successor holds the Lease.
 PAUSE_AFTER_TAKEOVER_SECONDS: Final = 1.0
+#: The slot server's own arguments in the slot-server variant (as tests/e2e/test_slot_server.py).
+SLOT_SERVER_ARGS: Final = ("--parallel", "2")
 
 
 @dataclass
@@ -117,6 +130,8 @@ class Harness:
     started: list[LocalProcess]
     monitor: PoolInvariantMonitor
     operator_token_kubeconfig: Path
+    #: The slot-server variant: the pool has ``spec.slotServer``, members ``file://`` weights.
+    slot_server: bool = False
     runs: int = 0
 
     async def reference(self) -> tuple[RunResult, list[WritePoint]]:
@@ -168,6 +183,10 @@ class Run:
         self.serving: list[RouterProxyProcess] = []
         self.resumed_at: float | None = None
         self.paused: OperatorProcess | None = None
+        self.router_kubeconfig: Path | None = None
+        #: The slot-server variant: the server's pod (uid) once the pool is warm, and its address.
+        self.slot_pod_at_start: list[str] = []
+        self.slot_url = ""
         self.notes: list[str] = []
         self.timeline: list[tuple[float, str]] = []
         self._identities = 0
@@ -218,13 +237,31 @@ class Run:
     # -- the run ------------------------------------------------------------------------------
 
     async def execute(self) -> list[str]:
-        admin, ns = self.h.admin, self.h.namespace
         operators = 2 if self.injection and self.injection.pattern == PAUSED_LEADER else 1
         for _ in range(operators):
             await self.start_operator()
+        # Supervised from the start: an operator that loses its Lease to a starved CPU during the
+        # warm-up (a 2 s renew deadline) exits, and its Deployment would replace it then too.
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._supervise)
+            await self._set_up()
+            for proxy in (*self.operator.proxies, *self.router.proxies):
+                proxy.armed = True
+            self.fault.armed_at = time.monotonic()
+            await self._ask_for_b()
+            group.cancel_scope.cancel()
+        if self.fault.fired and self.injection and self.injection.pattern == PAUSED_LEADER:
+            await self._paused_leader_gone()
+        return await judge(self)
+
+    async def _set_up(self) -> None:
+        """Members, the pool warm on ``a``, the router and its proxy replica."""
+        admin, ns = self.h.admin, self.h.namespace
         for member in (self.a, self.b):
-            await admin.create(InferenceService.resource(), isvc_body(member, 0), ns)
+            await admin.create(InferenceService.resource(), self.member_body(member), ns)
         body = pool_body(self.pool, [self.a, self.b], self.a, f"{SWAP_BUDGET_SECONDS}s")
+        if self.h.slot_server:
+            body["spec"]["slotServer"] = {"args": list(SLOT_SERVER_ARGS)}
         await admin.create(ModelPool.resource(), body, ns)
         router = {
             "apiVersion": "inference.modelpool.dev/v1alpha1",
@@ -234,6 +271,9 @@ class Run:
         }
         await admin.create(ModelRouter.resource(), router, ns)
         await eventually(self.resident_is(self.a), timeout=60, what=f"{self.pool} warm")
+        if self.h.slot_server:
+            self.slot_pod_at_start = await self.slot_pods()
+            self.slot_url = await self.slot_server_url()
 
         async def rbac() -> bool:
             await admin.get(ROLE_BINDINGS, activation_name(self.router_name), ns)
@@ -246,17 +286,6 @@ class Run:
         )
         await self.start_router(self.router_kubeconfig)
         await anyio.sleep(0.5)  # the warm-up's writes and events are done with
-
-        for proxy in (*self.operator.proxies, *self.router.proxies):
-            proxy.armed = True
-        self.fault.armed_at = time.monotonic()
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._supervise)
-            await self._ask_for_b()
-            group.cancel_scope.cancel()
-        if self.fault.fired and self.injection and self.injection.pattern == PAUSED_LEADER:
-            await self._paused_leader_gone()
-        return await judge(self)
 
     async def _paused_leader_gone(self) -> None:
         """Continue the paused leader if the swap ended first, then wait for it to exit: it
@@ -317,6 +346,7 @@ class Run:
                     continue
                 replaced.add(id(process))
                 self.note(f"{process.name} exited: replaced")
+                assert self.router_kubeconfig is not None  # set before the first replica
                 await self.start_router(self.router_kubeconfig)
             if self._paused_not_continued():
                 await self._continue_paused_leader()
@@ -348,6 +378,33 @@ class Run:
             self.resumed_at = time.monotonic()
             self.note(f"SIGCONT {stopped.name}")
         self.note(f"{stopped.name} continued after {self.resumed_at - self.fault.fired_at:.1f} s")
+
+    # -- the slot-server variant --------------------------------------------------------------
+
+    def member_body(self, member: str) -> Any:
+        """A member of the run: a simulator of its own (replicas 0, the pool raises it), or in the
+        slot-server variant a model whose weights are a node file (a slot server mounts node
+        paths only), written here into the stand-in's host root."""
+        if not self.h.slot_server:
+            return isvc_body(member, 0)
+        weights = node_folder(self.h.workdir, f"{MODELS}/{member}.gguf")
+        weights.parent.mkdir(parents=True, exist_ok=True)
+        weights.write_bytes(b"weights the simulator's router plays")
+        return member_body(member)
+
+    async def slot_pods(self) -> list[str]:
+        """The uids of the pool's slot server pods (one, unless it was replaced)."""
+        selector = f"{SLOT_SERVER_LABEL}={self.pool}"
+        found = await self.h.admin.list(PODS, self.h.namespace, label_selector=selector)
+        return sorted(p["metadata"]["uid"] for p in found.items)
+
+    async def slot_server_url(self) -> str:
+        """The slot server's address, from its Service's EndpointSlice (as the operator finds
+        it)."""
+        selector = f"{SERVICE_NAME_LABEL}={slot_server_name(self.pool)}"
+        slices = await self.h.admin.list(ENDPOINT_SLICES, self.h.namespace, label_selector=selector)
+        (url,) = ready_urls(slices.items, MEMBER_PORT_NAME)
+        return url
 
     # -- the oracle ---------------------------------------------------------------------------
 
@@ -406,6 +463,9 @@ class Run:
                 await admin.delete(resource, name, ns)
 
         async def pods_gone() -> bool:
+            # A slot server's pod is not waited for: it goes with its pool (garbage collection)
+            # but takes its termination grace to, and the next run's pool, models and server are
+            # its own, so the one left stopping cannot be taken for them.
             for member in (self.a, self.b):
                 found = await admin.list(PODS, ns, label_selector=f"{ISVC_LABEL}={member}")
                 if found.items:

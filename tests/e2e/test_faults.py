@@ -8,7 +8,9 @@ pool invariant monitor and the end-state oracle (:mod:`tests.e2e.faultscenario`)
 runs is printed.
 
 ``make test`` runs a fixed plan of :data:`BOUNDED_POINTS` (a few minutes); ``hack/faults`` (or
-``MODELPOOL_FAULTS=full``) runs every pattern at every point.
+``MODELPOOL_FAULTS=full``) runs every pattern at every point. The slot-server variant runs the
+same harness on a pool with ``spec.slotServer`` (one long-lived server loads and unloads the
+models, no member pod), on a plan of its own, :data:`SLOT_BOUNDED_POINTS`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from tests.e2e.faultplan import (
     WritePoint,
     crash_injections,
     event_injections,
+    marked_point,
     pause_injections,
     table,
 )
@@ -48,8 +51,10 @@ BOUNDED_TIMEOUT: Final = 420
 FULL_PLAN_TIMEOUT: Final = 3600
 #: How long a held-back event or a lagging view is held.
 HOLD_SECONDS: Final = 4.0
-#: The bounded plan of ``make test``: (pattern, process, point) of the full plan's injections.
-BOUNDED_POINTS: Final = (
+#: A bounded plan: (pattern, process, point) of the full plan's injections.
+BoundedPlan = tuple[tuple[str, str, str], ...]
+#: The bounded plan of ``make test``.
+BOUNDED_POINTS: Final[BoundedPlan] = (
     (CRASH_AFTER_WRITE, "operator", "PUT modelpools/pool/status"),
     (CRASH_AFTER_WRITE, "operator", "PATCH deployments/a"),
     (CRASH_AFTER_WRITE, "operator", "PATCH deployments/b"),
@@ -58,9 +63,30 @@ BOUNDED_POINTS: Final = (
     (HELD_EVENTS, "operator", "Pod deletions"),
     (STALE_VIEW, "operator", "every watch"),
 )
+#: The slot-server variant's bounded plan. Its swap has no Deployment write: the operator's steps
+#: are the pool's status writes (the release of a, the grant to b, b resident), each followed by
+#: an order to the server (unload a, load b) that a crash right after the write leaves unsent.
+#: They are named by what they set (faultplan.marked_point): the pool's status is written more
+#: often than that, by timing, so their numbers vary.
+RELEASE: Final = "PUT modelpools/pool/status [a=Released]"
+GRANT: Final = "PUT modelpools/pool/status [b=Granted]"
+RESIDENT: Final = "PUT modelpools/pool/status [resident=b]"
+SLOT_BOUNDED_POINTS: Final[BoundedPlan] = (
+    (CRASH_AFTER_WRITE, "operator", RELEASE),
+    (CRASH_AFTER_WRITE, "operator", GRANT),
+    (CRASH_AFTER_WRITE, "operator", RESIDENT),
+    (CRASH_AFTER_WRITE, "router-proxy", "POST leases"),
+    (PAUSED_LEADER, "operator", RELEASE),
+    (STALE_VIEW, "operator", "every watch"),
+)
 
 
-def the_plan(points: list[WritePoint], full: bool) -> list[Injection]:
+def the_plan(points: list[WritePoint], full: bool, bounded: BoundedPlan) -> list[Injection]:
+    """Every injection of the reference run's ``points`` (``full``), or the ``bounded`` plan's,
+    whose marked points (``KIND [TOKEN]``) are found in the reference by what they set."""
+    if not full:
+        marked = (marked_point(process, point, points) for _, process, point in bounded)
+        points = [*points, *dict.fromkeys(m for m in marked if m is not None)]
     everything = [
         *crash_injections(points),
         *pause_injections(points),
@@ -68,13 +94,17 @@ def the_plan(points: list[WritePoint], full: bool) -> list[Injection]:
     ]
     if full:
         return everything
-    chosen = [i for i in everything if (i.pattern, i.process, i.point) in BOUNDED_POINTS]
-    missing = set(BOUNDED_POINTS) - {(i.pattern, i.process, i.point) for i in chosen}
+    chosen = [i for i in everything if (i.pattern, i.process, i.point) in bounded]
+    missing = set(bounded) - {(i.pattern, i.process, i.point) for i in chosen}
     assert not missing, f"the bounded plan names points the swap no longer has: {missing}"
     return chosen
 
 
-@pytest.mark.timeout(FULL_PLAN_TIMEOUT if os.environ.get("MODELPOOL_FAULTS") else BOUNDED_TIMEOUT)
+def _timeout() -> int:
+    return FULL_PLAN_TIMEOUT if os.environ.get("MODELPOOL_FAULTS") else BOUNDED_TIMEOUT
+
+
+@pytest.mark.timeout(_timeout())
 async def test_every_fault_of_the_plan_is_survived(
     cluster: TestCluster,
     admin: KubeClient,
@@ -82,6 +112,38 @@ async def test_every_fault_of_the_plan_is_survived(
     tmp_path: Path,
     started: list[LocalProcess],
 ) -> None:
+    await run_the_plan(cluster, admin, namespace, tmp_path, started, BOUNDED_POINTS)
+
+
+@pytest.mark.timeout(_timeout())
+async def test_every_fault_of_the_plan_is_survived_with_a_slot_server(
+    cluster: TestCluster,
+    admin: KubeClient,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+) -> None:
+    """The same harness on a pool with ``spec.slotServer``: the swap is the pool's status
+    writes and orders to one long-lived server, so the crashes that matter are those between a
+    status write and its order (the next operator must re-send it), and the oracle adds that the
+    server ends with exactly b loaded, was never restarted, and no member ever had a pod."""
+    await run_the_plan(
+        cluster, admin, namespace, tmp_path, started, SLOT_BOUNDED_POINTS, slot_server=True
+    )
+
+
+async def run_the_plan(
+    cluster: TestCluster,
+    admin: KubeClient,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+    bounded: BoundedPlan,
+    *,
+    slot_server: bool = False,
+) -> None:
+    """The reference run, then the plan (``bounded``, or all of it for ``MODELPOOL_FAULTS``),
+    judged and tabled."""
     if cluster.local is None:
         pytest.skip("the fault harness runs the operator and proxies as local processes")
     await install(cluster)
@@ -92,6 +154,7 @@ async def test_every_fault_of_the_plan_is_survived(
         admin, cluster.admin_config(), cluster.admin_kubeconfig, namespace, tmp_path, started,
         node.monitor,
         await operator_kubeconfig_for(cluster, admin, tmp_path / "operator-token.kubeconfig"),
+        slot_server=slot_server,
     )  # fmt: skip
     reference, points = await harness.reference()
     print("write points of the swap:")
@@ -99,7 +162,7 @@ async def test_every_fault_of_the_plan_is_survived(
         print(f"  {point.process}: {point.name}  ({point.example})")
     full = os.environ.get("MODELPOOL_FAULTS") == "full"
     only = os.environ.get("MODELPOOL_FAULTS_ONLY", "")
-    plan = the_plan(points, full or bool(only))
+    plan = the_plan(points, full or bool(only), bounded)
     if only:
         plan = [i for i in plan if only in i.label]
     results: list[RunResult] = [reference]
@@ -112,7 +175,8 @@ async def test_every_fault_of_the_plan_is_survived(
     report = table(results)
     print(report)
     if path := os.environ.get("MODELPOOL_FAULTS_TABLE"):
-        await anyio.Path(path).write_text(report + "\n")
+        suffix = "-slot-server" if slot_server else ""
+        await anyio.Path(path + suffix).write_text(report + "\n")
     failed = [r for r in results if r.failures]
     assert not failed, "\n".join(f"{r.injection.label}: {r.failures}" for r in failed)
     # A later occurrence of a write (``#5``) depends on timing and may not come in every run:
