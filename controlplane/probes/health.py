@@ -17,6 +17,8 @@ from typing import Final
 import anyio
 import httpx
 
+from controlplane.probes.slotserver import MODELS_PATH, ModelStatus, SlotServerError, read_models
+
 HEALTH_PATH: Final = "/health"
 #: How long one probe may take, connect included (``--direct-health-timeout``).
 DEFAULT_HEALTH_TIMEOUT_SECONDS: Final = 0.5
@@ -49,4 +51,17 @@ class HealthProbe:
             except httpx.HTTPError:
                 return False
             return response.status_code == 200
+        return False
+
+    async def model_loaded(self, base_url: str, model: str) -> bool:
+        """A slot server (llama.cpp's router mode) lists ``model`` as ``loaded`` in ``/models``;
+        anything else, an answer that proves nothing included, is "not yet"."""
+        url = base_url.rstrip("/") + MODELS_PATH
+        with anyio.move_on_after(self.timeout):
+            try:
+                response = await self._client.get(url, timeout=self.timeout)
+                state = read_models(response.status_code, response.content).get(model)
+            except (httpx.HTTPError, SlotServerError):
+                return False
+            return state is not None and state.status is ModelStatus.LOADED
         return False

@@ -79,7 +79,12 @@ from controlplane.api.v1alpha1.modelpool import DEFAULT_SWAP_BUDGET
 from controlplane.clock import TimeSource
 from controlplane.router import metrics
 from controlplane.router.demand import DEFAULT_ACTIVITY_WINDOW_SECONDS, LocalDemand, PoolLeases
-from controlplane.router.directready import DirectReady, direct_candidates
+from controlplane.router.directready import (
+    DirectReady,
+    direct_candidates,
+    serves_from_slot_server,
+    slot_server_candidates,
+)
 from controlplane.router.errors import (
     MIN_RETRY_AFTER_SECONDS,
     ActivationFailed,
@@ -94,7 +99,7 @@ from controlplane.router.errors import (
 from controlplane.router.inflight import InFlightRequests
 from controlplane.router.lease import LeaseCoordinator, ReleaseFailed, Renewal
 from controlplane.router.retryafter import LINGER_GRACE_SECONDS, SwapHistory
-from controlplane.router.routing import Route, parse_duration
+from controlplane.router.routing import Route, model_name, parse_duration
 from controlplane.router.schedule import PoolSchedule
 from controlplane.runtime.objects import ObjectView
 from controlplane.runtime.tracing import traceparent_of
@@ -558,15 +563,24 @@ class Activator:
                 await self._finish(swap)
 
     async def _probe_direct(self, swap: Swap, direct: DirectReady) -> float:
-        """Ask the granted target's starting pods ``/health``; at the first 200, hand its address
-        to the held requests. How long until the next probe (the backstop when nothing to ask)."""
+        """Ask the granted target's starting pods ``/health`` (of a pool with a slot server: the
+        server's ``/models``); at the first 200 (the model loaded), hand its address to the held
+        requests. How long until the next probe (the backstop when nothing to ask)."""
         pool = self.view.pool(swap.pool)
         isvc = self.view.isvc(swap.member)
-        starting = self.view.member_starting_urls(swap.member)
-        urls = direct_candidates(pool, isvc, swap.member, starting)
-        if not urls:
-            return POLL_SECONDS  # a change of the pool or its slices wakes us
-        url = await direct.first_healthy(urls)
+        if serves_from_slot_server(pool):
+            # No pod starts: the model loads in the pool's server, which says when in /models.
+            ready = self.view.member_urls(swap.member)
+            urls = slot_server_candidates(pool, swap.member, ready)
+            if not urls:
+                return POLL_SECONDS  # the pool's grant wakes us
+            url = await direct.first_loaded(urls, model_name(isvc, swap.member))
+        else:
+            starting = self.view.member_starting_urls(swap.member)
+            urls = direct_candidates(pool, isvc, swap.member, starting)
+            if not urls:
+                return POLL_SECONDS  # a change of the pool or its slices wakes us
+            url = await direct.first_healthy(urls)
         if url is None:
             return direct.interval
         swap.direct_url = url

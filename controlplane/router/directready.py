@@ -8,6 +8,10 @@ The driver asks instead, every :data:`DEFAULT_DIRECT_HEALTH_INTERVAL_SECONDS`, a
 the first 200. The readiness probe stays: everyone else (other replicas, the pool's status,
 ``kubectl``) still learns of it that way.
 
+A pool with a slot server (``spec.slotServer``) starts no pod: the driver asks the server's
+``/models`` instead (:func:`slot_server_candidates`, :meth:`DirectReady.first_loaded`), once the
+pool grants the target, and forwards when its model is loaded.
+
 What the driver trusts, and why it is safe:
 
 * **The pool's grant.** It asks only a target that ``status.members[].slot`` says is
@@ -44,6 +48,10 @@ class HealthCheck(Protocol):
 
     async def healthy(self, base_url: str) -> bool: ...
 
+    async def model_loaded(self, base_url: str, model: str) -> bool:
+        """A slot server lists ``model`` as loaded."""
+        ...
+
 
 def granted(pool: Mapping[str, Any] | None, member: str) -> bool:
     """The pool's status grants ``member`` the slot (its own decision, ``members[].slot``)."""
@@ -69,6 +77,20 @@ def direct_candidates(
     return list(starting) if granted(pool, member) and not gated(isvc) else []
 
 
+def slot_server_candidates(
+    pool: Mapping[str, Any] | None, member: str, ready: Sequence[str]
+) -> list[str]:
+    """Of a pool with a slot server, where to ask whether ``member``'s model is loaded: the
+    server (``member``'s Service selects it, ready), once the pool grants ``member``; else none.
+    The grant is written only once no other model runs in the server (docs/modelpool.md, "One slot
+    server"), so nothing forwarded lands beside another model."""
+    return list(ready) if granted(pool, member) else []
+
+
+def serves_from_slot_server(pool: Mapping[str, Any] | None) -> bool:
+    return (((pool or {}).get("spec") or {}).get("slotServer")) is not None
+
+
 class DirectReady:
     """Asks a granted target's starting pods ``/health``; the first that answers 200 wins."""
 
@@ -77,6 +99,13 @@ class DirectReady:
     ) -> None:
         self.health = health
         self.interval = interval
+
+    async def first_loaded(self, urls: Sequence[str], model: str) -> str | None:
+        """The first slot server of ``urls`` listing ``model`` as loaded."""
+        for url in urls:
+            if await self.health.model_loaded(url, model):
+                return url
+        return None
 
     async def first_healthy(self, urls: Sequence[str]) -> str | None:
         for url in urls:

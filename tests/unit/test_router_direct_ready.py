@@ -43,11 +43,18 @@ class FakeHealth:
     def __init__(self) -> None:
         self.up: set[str] = set()
         self.asked: list[str] = []
+        #: Of slot servers: (address, model) listed as loaded in ``/models``.
+        self.loaded: set[tuple[str, str]] = set()
 
     async def healthy(self, base_url: str) -> bool:
         self.asked.append(base_url)
         await anyio.lowlevel.checkpoint()
         return base_url in self.up
+
+    async def model_loaded(self, base_url: str, model: str) -> bool:
+        self.asked.append(f"{base_url} {model}")
+        await anyio.lowlevel.checkpoint()
+        return (base_url, model) in self.loaded
 
 
 def grant(view: FakeView, member: str, *, url: str = STARTING) -> None:
@@ -208,3 +215,41 @@ def test_only_a_granted_member_has_candidates() -> None:
     assert direct_candidates(pool, None, "b", [STARTING]) == [STARTING]
     assert direct_candidates(pool, {"spec": {"kvCache": {"enabled": False}}}, "b", [STARTING])
     assert not direct_candidates(pool, {"spec": {"kvCache": {"enabled": True}}}, "b", [STARTING])
+
+
+SLOT = "http://10.0.0.9:8080"
+
+
+async def test_a_slot_servers_model_is_forwarded_to_once_loaded_and_never_before_the_grant() -> (
+    None
+):
+    """A pool with a slot server starts no pod: the driver asks the server's ``/models`` whether
+    the granted target's model is loaded, and forwards at once; before the grant it never asks
+    (the server may still run the previous model)."""
+    view, api = cluster()
+    view.pools["gpu-0"]["spec"]["slotServer"] = {}
+    view.isvcs["b"]["spec"] = {"model": {"name": "qwen"}}
+    view.urls["b"] = [SLOT]  # b's Service selects the server, which is ready
+    health = FakeHealth()
+    activator = activator_with(health, view, api)
+    answers: list[str] = []
+    async with running(activator) as group:
+        ask_many(group, activator, FOR_B, 1, answers)
+        await until(lambda: intent_target(api) == "b")
+        await anyio.sleep(0.05)
+        assert health.asked == [], "asked before the pool granted b"
+        status = view.pools["gpu-0"].setdefault("status", {})
+        status["members"] = [{"name": "b", "slot": "Granted"}]
+        activator.notifier.notify()
+        await until(lambda: len(health.asked) >= 2)  # asked again and again while it loads
+        assert answers == []
+        assert health.asked[0] == f"{SLOT} qwen"
+        health.loaded.add((SLOT, "qwen"))
+        await until(lambda: len(answers) == 1)
+        assert answers == [SLOT]
+        # the pool names b resident, its model Ready in the server: the swap ends
+        status["residentMember"] = "b"
+        status["members"] = [{"name": "b", "slot": "Granted", "phase": "Ready"}]
+        activator.notifier.notify()
+        await until(lambda: not activator.swaps)
+        assert await activator.upstream(FOR_B) == SLOT, "the fast path: the server, b loaded"
