@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.api.v1alpha1 import InferenceService
+from controlplane.api.v1alpha1 import InferenceService, ModelPool
 from controlplane.controllers.children import SPEC_HASH_ANNOTATION, needs_apply
 from controlplane.controllers.inferenceservice.desired import (
     ISVC_LABEL,
@@ -18,6 +18,10 @@ from controlplane.controllers.inferenceservice.network import (
     MemberNetworkPolicy,
     desired_network_policy,
     parse_labels,
+)
+from controlplane.controllers.modelpool.slotserver import (
+    desired_slot_deployment,
+    member_service_selector,
 )
 from controlplane.controllers.modelrouter.desired import PROXY_NAME
 from controlplane.controllers.modelrouter.desired import child_labels as proxy_pod_labels
@@ -71,6 +75,34 @@ def test_only_the_members_port_is_opened_and_only_to_proxies_and_the_operator() 
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "modelpool-system"}},
         "podSelector": {"matchLabels": {"app.kubernetes.io/name": "modelpool-operator"}},
     }
+
+
+def test_a_slot_server_members_policy_guards_the_server_its_service_selects_on_its_named_port() -> (
+    None
+):
+    """A member a pool serves from its slot server has no pod of its own: its policy stands in
+    front of the server (the same selector as its Service), on the server's named port, which is
+    the pool's and may differ from the member's ``spec.port``."""
+    server = desired_slot_deployment(slot_pool(), [])["spec"]["template"]["metadata"]["labels"]
+    selector = member_service_selector("gpu-0")
+    policy = desired_network_policy(isvc(port=9000), MemberNetworkPolicy(), selector)
+    assert matches(policy["spec"]["podSelector"], server)
+    assert not matches(policy["spec"]["podSelector"], {ISVC_LABEL: "llama"})
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": "http"}]
+    assert (
+        rule["from"]
+        == desired_network_policy(isvc(), MemberNetworkPolicy())["spec"]["ingress"][0]["from"]
+    )
+
+
+def slot_pool() -> ModelPool:
+    return ModelPool.from_dict(
+        {
+            "metadata": {"name": "gpu-0", "namespace": "ml", "uid": "p-1"},
+            "spec": {"members": [{"inferenceServiceRef": {"name": "llama"}}], "slotServer": {}},
+        }
+    )
 
 
 def test_the_operator_peer_follows_its_namespace_and_labels_and_scrapers_are_added() -> None:

@@ -27,6 +27,7 @@ only when the cached one differs (:func:`~controlplane.controllers.children.need
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -39,6 +40,7 @@ from controlplane.controllers.children import (
     with_spec_hash,
 )
 from controlplane.controllers.inferenceservice.desired import (
+    PORT_NAME,
     child_labels,
     owner_reference,
     selector_labels,
@@ -127,8 +129,15 @@ def allowed_peers(rules: MemberNetworkPolicy) -> list[dict[str, Any]]:
     return peers
 
 
-def desired_network_policy(isvc: InferenceService, rules: MemberNetworkPolicy) -> dict[str, Any]:
-    """The NetworkPolicy in front of the member's pods, as a server-side apply body."""
+def desired_network_policy(
+    isvc: InferenceService,
+    rules: MemberNetworkPolicy,
+    selector: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The NetworkPolicy in front of the member's pods, as a server-side apply body; with
+    ``selector``, in front of the pod its Service selects instead (a pool's slot server, on its
+    named port: the server's port is the pool's, not the member's)."""
+    port: int | str = PORT_NAME if selector else server_port(isvc)
     return with_spec_hash(
         {
             "apiVersion": "networking.k8s.io/v1",
@@ -140,12 +149,14 @@ def desired_network_policy(isvc: InferenceService, rules: MemberNetworkPolicy) -
                 "ownerReferences": [owner_reference(isvc)],
             },
             "spec": {
-                "podSelector": {"matchLabels": selector_labels(isvc.name)},
+                "podSelector": {
+                    "matchLabels": dict(selector) if selector else selector_labels(isvc.name)
+                },
                 "policyTypes": ["Ingress"],
                 "ingress": [
                     {
                         "from": allowed_peers(rules),
-                        "ports": [{"protocol": "TCP", "port": server_port(isvc)}],
+                        "ports": [{"protocol": "TCP", "port": port}],
                     }
                 ],
             },

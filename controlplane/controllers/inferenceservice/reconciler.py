@@ -269,7 +269,9 @@ class InferenceServiceReconciler:
         isvc = InferenceService.from_dict(replicas.obj)
         if conflict is None:
             # Before the Deployment: a member's pod never starts open to the whole cluster.
-            await self._apply_network_policy(key, isvc, policy)
+            served = replicas.slot_server
+            selector = member_service_selector(served["metadata"]["name"]) if served else None
+            await self._apply_network_policy(key, isvc, policy, selector)
             wanted = desired_deployment(
                 isvc, replicas.count, placement=placement, node=verdict.status.node
             )
@@ -306,8 +308,6 @@ class InferenceServiceReconciler:
                 elif replicas.count > 0:
                     self._lowered.discard(key)
                 log.info("%s: applied Deployment (replicas %d)", key, replicas.count)
-            served = replicas.slot_server
-            selector = member_service_selector(served["metadata"]["name"]) if served else None
             wanted = desired_service(isvc, selector)
             if needs_apply(service, wanted):
                 await self.client.apply(SERVICES, wanted, field_manager=FIELD_MANAGER, force=True)
@@ -459,14 +459,19 @@ class InferenceServiceReconciler:
         return self.network_policies.store.get(key)
 
     async def _apply_network_policy(
-        self, key: str, isvc: InferenceService, policy: Object | None
+        self,
+        key: str,
+        isvc: InferenceService,
+        policy: Object | None,
+        selector: Mapping[str, str] | None,
     ) -> None:
-        """Apply the member's NetworkPolicy when the cached one differs (once, as the Service);
-        with ``--member-network-policies=false``, delete the one we wrote, if any."""
+        """Apply the member's NetworkPolicy when the cached one differs (once, as the Service),
+        in front of the pods its Service selects (``selector``: a pool's slot server); with
+        ``--member-network-policies=false``, delete the one we wrote, if any."""
         if self.network_policies is None:
             return
         if self.network.enabled:
-            wanted = desired_network_policy(isvc, self.network)
+            wanted = desired_network_policy(isvc, self.network, selector)
             if needs_apply(policy, wanted):
                 await self.client.apply(
                     NETWORK_POLICIES, wanted, field_manager=FIELD_MANAGER, force=True
