@@ -30,6 +30,11 @@ raises one without the grant. No field of a member is written, so re-applying me
 ``kubectl apply``, Helm or Argo CD moves nothing, and a member whose ``replicas`` is unset (= 1)
 does not run merely for being applied.
 
+**A pool with a slot server** (``spec.slotServer``, :mod:`~.slotruntime`): before the plan, its
+server's objects are applied and its ``/models`` read, and each member is seen as its model there
+(:mod:`~.slotmembers`), so the same plan drains and grants; once the decision is written, the
+server is told to unload and load (the orders follow the status, never precede it).
+
 **Writes are optimistic.** The status write carries the cached ``resourceVersion``: a 409 means our
 cache was stale, and the key is requeued to decide again on the newer pool.
 
