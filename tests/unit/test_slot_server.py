@@ -35,6 +35,7 @@ from controlplane.controllers.modelpool.slotmembers import (
 from controlplane.controllers.modelpool.slotserver import (
     SLOT_SERVER_LABEL,
     desired_slot_deployment,
+    mounted_members,
     restarts_server,
     server_args,
     slot_server_name,
@@ -136,6 +137,22 @@ def test_a_member_the_server_cannot_serve_is_named_with_why(
         assert why is not None
         assert refused in why
         assert "a's" in why
+
+
+def test_the_server_mounts_what_it_can_serve_once_ready_and_on_one_node() -> None:
+    members = {
+        "a": isvc("a", "hf://org/repo/a.gguf"),
+        "b": isvc("b", "file:///m/b.gguf"),
+        "c": isvc("c", "hf://org/repo/c.gguf"),
+        "d": isvc("d", "/in/its/image.gguf"),
+        "e": isvc("e", "hf://org/repo/e.gguf"),
+    }
+    names = ["a", "b", "c", "d", "e"]
+    nodes = {"a": "node-1", "c": "node-2", "e": "node-1"}
+    mounted = mounted_members(names, members, {"a", "b", "c", "d", "e"}, nodes)
+    # c's file is on another node than a's, d's inside its own image
+    assert [m.name for m in mounted] == ["a", "b", "e"]
+    assert [m.name for m in mounted_members(names, members, {"b", "c"}, nodes)] == ["b", "c"]
 
 
 def test_only_a_template_change_replaces_the_server() -> None:

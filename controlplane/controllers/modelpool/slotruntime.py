@@ -47,6 +47,7 @@ from controlplane.controllers.modelpool.slotmembers import (
 from controlplane.controllers.modelpool.slotserver import (
     desired_slot_deployment,
     desired_slot_service,
+    mounted_members,
     restarts_server,
     slot_server_name,
     unservable,
@@ -134,16 +135,13 @@ class SlotRuntime:
             for m, isvc in typed.items()
             if isvc.spec.model is not None and isvc.spec.model.name
         }
-        served = [
-            typed[m]
-            for m in pool.spec.member_names()
-            if m in typed and why_not[m] is None and weights_ready(isvcs[m])
-        ]
         nodes = {
             m: str(node)
             for m, obj in isvcs.items()
             if (node := ((obj.get("status") or {}).get("model") or {}).get("node"))
         }
+        ready = {m for m, obj in isvcs.items() if weights_ready(obj)}
+        served = mounted_members(pool.spec.member_names(), typed, ready, nodes)
         key = f"{namespace}/{slot_server_name(name)}"
         await self._apply_service(pool, key)
         wanted = desired_slot_deployment(pool, served, self.placement, nodes)

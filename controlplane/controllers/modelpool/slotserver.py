@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
@@ -124,6 +124,23 @@ def unservable(isvc: InferenceService) -> str | None:
             "mount: use file://, pvc://, https:// or hf://"
         )
     return None
+
+
+def mounted_members(
+    names: Sequence[str],
+    members: Mapping[str, InferenceService],
+    ready: Collection[str],
+    nodes: Mapping[str, str],
+) -> list[InferenceService]:
+    """The members whose weights the server mounts, in the pool's order: those it can serve
+    (:func:`unservable`) whose weights are ready (``ready``), and, of downloaded ones (``nodes``:
+    member -> the node whose cache holds the file), only those on the first one's node: one pod
+    reads every file. A member left out waits ("not in the slot server's models yet")."""
+    servable = [
+        members[n] for n in names if n in members and n in ready and unservable(members[n]) is None
+    ]
+    pinned = next((nodes[m.name] for m in servable if m.name in nodes), None)
+    return [m for m in servable if nodes.get(m.name, pinned) == pinned]
 
 
 def _weights_mount(
