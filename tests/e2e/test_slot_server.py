@@ -25,17 +25,30 @@ from controlplane.controllers.modelpool.slotserver import SLOT_SERVER_LABEL, slo
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import MEMBER_PORT_NAME, SERVICE_NAME_LABEL, ready_urls
 from controlplane.runtime.resources import ENDPOINT_SLICES, LEASES, PODS
+from controlplane.scheduling.policy import Settings, wait_bound
 from tests.e2e.bodies import pool_body, router_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.operator_process import LocalProcess, OperatorProcess, start_node
 from tests.e2e.proxies import start_proxies
-from tests.e2e.test_scheduling import ISVC, POOL, ROUTER, TIMEOUT, ask
+from tests.e2e.test_scheduling import (
+    ISVC,
+    POOL,
+    ROUTER,
+    SWAP_ALLOWANCE,
+    TIMEOUT,
+    Tenant,
+    ask,
+    assert_all_answered,
+    run_for,
+)
 from tests.e2e.test_standin_pods import node_folder
 from tests.e2e.waiting import eventually
 
 #: Where the test puts the members' weights on the node.
 MODELS = "/var/lib/modelpool/test-models"
 POOL_NAME = "gpu-0"
+SCHEDULING = {"maxWait": "15s", "minResidency": "3s"}
+SETTINGS = Settings(max_wait=15, min_residency=3)
 
 
 def member_body(name: str) -> dict[str, Any]:
@@ -47,15 +60,23 @@ def member_body(name: str) -> dict[str, Any]:
     }
 
 
-async def setup_slot_pool(admin: KubeClient, namespace: str, tmp_path: Path) -> None:
+async def setup_slot_pool(
+    admin: KubeClient,
+    namespace: str,
+    tmp_path: Path,
+    members: tuple[str, ...] = ("a", "b"),
+    scheduling: dict[str, str] | None = None,
+) -> None:
     """Members a and b (weights on the node), pool ``gpu-0`` with a slot server (a warmed as the
     default), router ``router``; returns once a is loaded and the pool Ready."""
-    for name in ("a", "b"):
+    for name in members:
         weights = node_folder(tmp_path, f"{MODELS}/{name}.gguf")
         weights.parent.mkdir(parents=True, exist_ok=True)
         weights.write_bytes(b"weights the simulator's router plays")
         await admin.create(ISVC, member_body(name), namespace)
-    body = pool_body(POOL_NAME, ["a", "b"], "a", "120s", scheduling={"minResidency": "0s"})
+    body = pool_body(
+        POOL_NAME, list(members), "a", "120s", scheduling=scheduling or {"minResidency": "0s"}
+    )
     body["spec"]["slotServer"] = {"args": ["--parallel", "2"]}
     await admin.create(POOL, body, namespace)
     await admin.create(ROUTER, router_body("router", POOL_NAME), namespace)
@@ -190,3 +211,35 @@ async def test_a_model_with_a_request_in_flight_is_not_unloaded_until_it_is_answ
     assert b_loaded, "b was never seen loading"
     assert min(b_loaded) >= a.ended - 0.2, "b was loaded while a's request was in flight"
     assert all(list(m.values()).count("unloaded") >= 1 for _, _, m in seen), "two models loaded"
+
+
+async def test_three_teams_share_the_slot_server_and_every_request_meets_its_bound(
+    cluster: TestCluster,
+    admin: KubeClient,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+) -> None:
+    """Three teams, one per model, ask with short pauses through two proxies for 30 s, all three
+    models sharing one server that holds one at a time: every request is answered by the model it
+    asked for, each within the scheduler's bound, no team is starved, and the monitor never sees
+    two models loaded. The server's pod is never replaced."""
+    start_node(
+        cluster, tmp_path, started, namespace=namespace, load_seconds=0.5, token_seconds=0.02
+    )
+    await setup_slot_pool(admin, namespace, tmp_path, ("a", "b", "c"), SCHEDULING)
+    server = await slot_pods(admin, namespace)
+    proxies = await start_proxies(cluster, admin, namespace, tmp_path, started, 2)
+    bound = wait_bound(SETTINGS, members=3, drain=2.0, swap=SWAP_ALLOWANCE)
+    tenants = [
+        Tenant(proxies[0], "model-a", (0.1, 0.5)),
+        Tenant(proxies[1], "model-b", (0.2, 1.0)),
+        Tenant(proxies[0], "model-c", (0.2, 1.0)),
+    ]
+    await run_for(tenants, 30.0, timeout=bound + 30)
+    assert_all_answered(tenants, bound + 5)  # the last request may start just before the stop
+    served = {t.model: len(t.answers) for t in tenants}
+    assert min(served.values()) >= 3, f"a team was starved: {served}"
+    assert await slot_pods(admin, namespace) == server, "the slot server's pod was replaced"
+    assert await member_pods(admin, namespace) == [], "a member ran in a pod of its own"
