@@ -1,5 +1,9 @@
 """The fault harness's scripted swap: one run, one fault, judged by the invariants and the end.
 
+*Why one module of this size:* one run's processes (operators, proxies and their fault proxies),
+its client and its supervisor share the run's state and its clock; the judging lives apart
+(:mod:`tests.e2e.faultoracle`), the plan too (:mod:`tests.e2e.faultplan`).
+
 One run (docs/faults.md), in the namespace the node stand-in and the pool invariant monitor watch:
 
 1. Members ``a`` and ``b`` (simulators), a pool of them warm on ``a``, a ModelRouter for it; the
