@@ -12,6 +12,17 @@ activation Role the operator wrote), each with a Lease of :data:`LEASE_SECONDS`
   pool-x a budget of two members (``spec.capacity.members: 2``, docs/modelpool.md "Several
   residents"): x1 and x2 may be resident together, x3 evicts one of them, and three replicas race
   to choose which;
+* the run with two replicas (``2-proxies-slot-server-y``) makes pool-y a **slot-server pool**
+  (``spec.slotServer``, docs/modelpool.md "One slot server"): one long-lived server that the
+  stand-in plays with the simulator's router mode, a child process per loaded model; a swap
+  unloads and loads models in it, and no member pod is ever made. Its members read their weights
+  from node files (``file://``, under :data:`SLOT_MODELS`). Only the server's arguments apply to
+  its models, so the slow load is the server's (:data:`SLOT_SERVER_ARGS`): every pool-y model,
+  y3 included, loads in :data:`SLOW_LOAD_SECONDS`, and every pool-y swap must outlive three Lease
+  durations (so pool-y's clients are held longer, many until the 503 at the budget, and this
+  run's clients take the longest to send their requests, still within :data:`STORM_DEADLINE`).
+  The ``/slots`` failure (below) is a switch of a member's own simulator, which the router does
+  not pass on to its children, so that run breaks a pool-x resident's;
 * :data:`CLIENTS` concurrent clients send at least :data:`REQUESTS` requests in streaks of one
   model (so swaps happen and requests coalesce), mixing plain and streamed completions, clients
   that close mid-stream or mid-hold, and bad requests (no ``messages``, an unknown model, a body
@@ -57,8 +68,12 @@ Assertions, all on what was observed (no timing is asserted):
    it held when it was killed (a replica may drive both pools' swaps at once). Never twice.
 5. At the end the pools settle: no pool Lease held, and at most one member per pool running
    (at most two of pool-x with its budget), the pool's residents (the monitor's settle check,
-   with held Leases as violations). y3 was resident at least once: a load longer than three
-   Lease durations did not lose its swap.
+   with held Leases as violations; in the slot server, the children it runs). y3 was resident at
+   least once: a load longer than three Lease durations did not lose its swap. In the slot-server
+   run, what "no member pod" means is checked too: no pool-y member pod was ever added (the
+   monitor's pod watch), the server's pod is the one that was there at the start (a replaced pod
+   would have killed what ran in it), and the monitor saw the server's child for every member that
+   was ever resident in pool-y, so the "never two members" judgement above had processes to judge.
 
 6. **Every held request gets its turn within its bound while the pool is healthy** (local storm):
    a busy tenant's request that neither overlaps an injected failure nor starts within one bound
@@ -94,12 +109,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.api.v1alpha1.activation import pool_lease_name, read_activation
+from controlplane.controllers.modelpool.slotserver import SLOT_SERVER_LABEL
 from controlplane.controllers.modelrouter import activation_name, proxy_name
 from controlplane.local.system import RouterProxyProcess, kubeconfig_for_token
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.errors import KubeError, NotFound
-from controlplane.runtime.resources import ENDPOINT_SLICES, EVENTS, LEASES, ROLE_BINDINGS
+from controlplane.runtime.resources import ENDPOINT_SLICES, EVENTS, LEASES, PODS, ROLE_BINDINGS
 from controlplane.scheduling.policy import Settings, wait_bound
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
@@ -113,6 +129,7 @@ from tests.e2e.operator_process import (
     start_operator,
     wait_until_ready,
 )
+from tests.e2e.test_standin_pods import node_folder
 from tests.e2e.waiting import eventually
 
 # Marked here, not only by conftest after collection: anyio must see the mark while pytest
@@ -177,6 +194,12 @@ EXPECTED_BAD: Final = {"no-messages": 400, "unknown-model": 404, "oversized": 41
 #: Busy tenants: one client per member looping requests for it back to back (pool-x).
 TENANTS: Final = ("x1", "x2")
 TENANT_POOL: Final = "pool-x"
+#: Where a slot-server pool's members' weights are on the node (``file://``): a slot server
+#: mounts node files, not a member's image.
+SLOT_MODELS: Final = "/var/lib/modelpool/storm-models"
+#: A slot server's arguments are every model's (a member's ``spec.args`` do not apply), so the
+#: slow member's load is the whole server's: each of its swaps outlives three Lease durations.
+SLOT_SERVER_ARGS: Final = ("--parallel", "2", "--sim-load-seconds", str(SLOW_LOAD_SECONDS))
 
 
 def model_of(member: str) -> str:
@@ -360,18 +383,41 @@ def isvc_body(member: str) -> Object:
     }
 
 
+def slot_member_body(member: str) -> Object:
+    """A member of a slot-server pool: its weights a node file under :data:`SLOT_MODELS`, and no
+    ``args`` (they do not apply: the server gives every model its own, :data:`SLOT_SERVER_ARGS`)."""
+    body = isvc_body(member)
+    body["spec"]["model"]["source"] = f"file://{SLOT_MODELS}/{member}.gguf"
+    del body["spec"]["args"]
+    return body
+
+
+def lay_slot_weights(workdir: Path, members: Collection[str]) -> None:
+    """The members' weight files on the stand-in's node disk, where the slot server's hostPath
+    mounts find them (the simulator's router only needs them to exist)."""
+    for member in members:
+        weights = node_folder(workdir, f"{SLOT_MODELS}/{member}.gguf")
+        weights.parent.mkdir(parents=True, exist_ok=True)
+        weights.write_bytes(b"weights the simulator's router plays")
+
+
 async def create_pools_and_router(
-    admin: KubeClient, namespace: str, capacity: int | None = None
+    admin: KubeClient, namespace: str, capacity: int | None = None, slot_pool: str | None = None
 ) -> None:
     """The storm's members, pools and router, warm; with ``capacity``, the busy tenants' pool
-    (:data:`TENANT_POOL`) keeps that many members resident (``spec.capacity.members``)."""
-    for members in POOLS.values():
+    (:data:`TENANT_POOL`) keeps that many members resident (``spec.capacity.members``); with
+    ``slot_pool``, that pool runs a slot server (its members' weights laid out beforehand by
+    :func:`lay_slot_weights`)."""
+    for pool, members in POOLS.items():
         for member in members:
-            await admin.create(ISVC, isvc_body(member), namespace)
+            body = slot_member_body(member) if pool == slot_pool else isvc_body(member)
+            await admin.create(ISVC, body, namespace)
     for pool, members in POOLS.items():
         body = pool_body(pool, members, members[0], SWAP_BUDGET)
         if capacity is not None and pool == TENANT_POOL:
             body["spec"]["capacity"] = {"members": capacity}
+        if pool == slot_pool:
+            body["spec"]["slotServer"] = {"args": list(SLOT_SERVER_ARGS)}
         await admin.create(POOL, body, namespace)
     router = {
         "apiVersion": "inference.modelpool.dev/v1alpha1",
@@ -660,15 +706,23 @@ async def mid_swap(
 
 
 async def chaos(
-    cluster: TestCluster, admin: KubeClient, namespace: str, fleet: Fleet, storm: Storm
+    cluster: TestCluster,
+    admin: KubeClient,
+    namespace: str,
+    fleet: Fleet,
+    storm: Storm,
+    pod_pools: Collection[str] = tuple(POOLS),
 ) -> None:
+    """The chaos, in order (the module docstring). The ``/slots`` failure is a switch of one
+    member's simulator, so it picks a resident of ``pod_pools`` only: a slot server's router does
+    not pass ``/sim/slots-mode`` on to its children."""
     assert cluster.local is not None
     apiserver = cluster.local.processes["kube-apiserver"]
     await anyio.sleep(4)
 
     # 1. A resident's /slots answers 500 for a while: its drain is deferred, never forced.
     async def ready_resident() -> tuple[str, str, str] | None:
-        for pool in POOLS:
+        for pool in pod_pools:
             resident = str((await pool_status(admin, namespace, pool)).get("residentMember") or "")
             url = await member_url(admin, namespace, resident) if resident else None
             if url is not None:
@@ -952,6 +1006,54 @@ def figures(
     return "\n".join(lines)
 
 
+# -- the slot server ------------------------------------------------------------------------------
+
+
+async def slot_server_pods(admin: KubeClient, namespace: str, pool: str) -> list[tuple[str, str]]:
+    """The pool's slot server pods, as ``(namespace/name, uid)``: the name as its processes carry
+    it (``MODELPOOL_POD``), the uid to tell a replaced pod from the one that was there."""
+    found = await admin.list(PODS, namespace, label_selector=f"{SLOT_SERVER_LABEL}={pool}")
+    return sorted(
+        (f"{namespace}/{p['metadata']['name']}", p["metadata"]["uid"]) for p in found.items
+    )
+
+
+@dataclass
+class SlotRecord:
+    """A slot-server pool's members as the monitor saw them (:func:`slot_server_record`)."""
+
+    member_pods: list[str]
+    children: Counter[str]
+    resident: set[str]
+
+    def describe(self, pool: str, server: str) -> str:
+        return (
+            f"slot server {server} ({pool}): children started per member "
+            f"{dict(sorted(self.children.items()))}, ever resident {sorted(self.resident)}, "
+            f"member pods added {self.member_pods or 'none'}"
+        )
+
+
+def slot_server_record(monitor: PoolInvariantMonitor, pool: str, server: str) -> SlotRecord:
+    """What the monitor saw of ``pool``'s members: member pods added (a slot-server pool makes
+    none), children of the pod ``server`` started per member (the processes its overlap and settle
+    checks judge), and the members ever resident."""
+    members = POOLS[pool]
+    timeline = list(monitor.timeline)
+    member_pods = sorted(
+        e.subject
+        for e in timeline
+        if e.source == "pod" and e.what == "added" and e.subject.partition("/")[0] in members
+    )
+    children: Counter[str] = Counter(
+        e.subject.partition("/")[2]
+        for e in timeline
+        if e.source == "process" and e.what == "started" and e.detail.endswith(f" pod {server}")
+    )
+    resident = {c.new for c in monitor.residency_changes(pool) if c.new}
+    return SlotRecord(member_pods, children, resident)
+
+
 # -- the test ------------------------------------------------------------------------------------
 
 
@@ -966,11 +1068,11 @@ async def apiserver_resumed(cluster: TestCluster) -> AsyncIterator[None]:
 
 
 @pytest.mark.parametrize(
-    ("replicas", "capacity"),
+    ("replicas", "capacity", "slot_pool"),
     [
-        pytest.param(1, None, id="1-proxies"),
-        pytest.param(2, None, id="2-proxies"),
-        pytest.param(3, 2, id="3-proxies-budget-2"),
+        pytest.param(1, None, None, id="1-proxies"),
+        pytest.param(2, None, SLOW_POOL, id="2-proxies-slot-server-y"),
+        pytest.param(3, 2, None, id="3-proxies-budget-2"),
     ],
 )
 async def test_swap_storm(
@@ -981,6 +1083,7 @@ async def test_swap_storm(
     started: list[LocalProcess],
     replicas: int,
     capacity: int | None,
+    slot_pool: str | None,
 ) -> None:
     if cluster.local is None:
         pytest.skip("the storm freezes kube-apiserver: it needs the control plane started here")
@@ -999,7 +1102,12 @@ async def test_swap_storm(
     )
     monitor = node.monitor
     assert monitor is not None
-    await create_pools_and_router(admin, namespace, capacity)
+    if slot_pool is not None:
+        lay_slot_weights(tmp_path, POOLS[slot_pool])
+    await create_pools_and_router(admin, namespace, capacity, slot_pool)
+    server_at_start = await slot_server_pods(admin, namespace, slot_pool) if slot_pool else []
+    if slot_pool is not None:
+        assert len(server_at_start) == 1, f"{slot_pool}'s slot server pods: {server_at_start}"
     token = await service_account_token(admin, namespace, proxy_name(ROUTER_NAME))
     kubeconfig = kubeconfig_for_token(
         cluster.admin_kubeconfig, token, tmp_path / "proxy.kubeconfig"
@@ -1009,6 +1117,8 @@ async def test_swap_storm(
         await fleet.add()
     storm.started_at = time.monotonic()
     budget = f", {TENANT_POOL} keeps {capacity} residents" if capacity else ""
+    if slot_pool is not None:
+        budget += f", {slot_pool} runs a slot server ({server_at_start[0][0]})"
     storm.note(f"{replicas} replica(s) ready{budget}; {CLIENTS} clients start (seed {seed})")
 
     async with apiserver_resumed(cluster), anyio.create_task_group() as group:
@@ -1019,7 +1129,8 @@ async def test_swap_storm(
             for index in range(CLIENTS):
                 clients.start_soon(client, index, storm, fleet)
             try:
-                await chaos(cluster, admin, namespace, fleet, storm)
+                pod_pools = [pool for pool in POOLS if pool != slot_pool]
+                await chaos(cluster, admin, namespace, fleet, storm, pod_pools)
             finally:
                 storm.chaos_over = True
         storm.note(f"the clients are done ({len(storm.outcomes)} requests)")
@@ -1029,7 +1140,21 @@ async def test_swap_storm(
     live: Counter[tuple[str, str, str]] = Counter()
     for proxy in fleet.live:
         live += await scrape_swaps(proxy.url)
+    slot: SlotRecord | None = None
+    if slot_pool is not None:
+        server = server_at_start[0][0]
+        slot = slot_server_record(monitor, slot_pool, server)
+        print(slot.describe(slot_pool, server))
     await judge_the_storm(admin, namespace, storm, monitor, live, settle_problems)
+    if slot_pool is not None and slot is not None:
+        # What makes a slot-server pool one: no member pod, one server throughout, and its
+        # children seen, so the monitor's "never two members" had the processes to judge.
+        assert not slot.member_pods, f"{slot_pool} members ran in pods: {slot.member_pods}"
+        assert await slot_server_pods(admin, namespace, slot_pool) == server_at_start, (
+            f"{slot_pool}'s slot server pod was replaced during the storm"
+        )
+        unseen = sorted(slot.resident - set(slot.children))
+        assert not unseen, f"resident in {slot_pool} but no child of its server seen: {unseen}"
     breaches, judged = bound_breaches(storm, tenant_bound())
     storm.note(
         f"{judged} busy-tenant requests fell in healthy time; {len(breaches)} beyond the bound"
