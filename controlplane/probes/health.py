@@ -17,7 +17,7 @@ from typing import Final
 import anyio
 import httpx
 
-from controlplane.probes.slotserver import MODELS_PATH, ModelStatus, SlotServerError, read_models
+from controlplane.probes.slotserver import ModelStatus, SlotServerClient, SlotServerError
 
 HEALTH_PATH: Final = "/health"
 #: How long one probe may take, connect included (``--direct-health-timeout``).
@@ -39,6 +39,8 @@ class HealthProbe:
     ) -> None:
         self.timeout = timeout
         self._client = client or httpx.AsyncClient(timeout=timeout, trust_env=False)
+        #: A slot server's ``/models``, on the same connection pool.
+        self._models = SlotServerClient(self._client, timeout=timeout)
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -54,14 +56,11 @@ class HealthProbe:
         return False
 
     async def model_loaded(self, base_url: str, model: str) -> bool:
-        """A slot server (llama.cpp's router mode) lists ``model`` as ``loaded`` in ``/models``;
-        anything else, an answer that proves nothing included, is "not yet"."""
-        url = base_url.rstrip("/") + MODELS_PATH
-        with anyio.move_on_after(self.timeout):
-            try:
-                response = await self._client.get(url, timeout=self.timeout)
-                state = read_models(response.status_code, response.content).get(model)
-            except (httpx.HTTPError, SlotServerError):
-                return False
-            return state is not None and state.status is ModelStatus.LOADED
-        return False
+        """A slot server (llama.cpp's router mode) lists ``model`` as ``loaded`` in ``/models``
+        (read as the pool controller reads it, bounded); anything else, an answer that proves
+        nothing included, is "not yet"."""
+        try:
+            state = (await self._models.models(base_url)).get(model)
+        except SlotServerError:
+            return False
+        return state is not None and state.status is ModelStatus.LOADED

@@ -255,7 +255,7 @@ def _read_identity(pid: int, namespace: str, models: Mapping[str, str]) -> tuple
     found: dict[str, str] = {}
     for item in raw.split(b"\0"):
         key, _, value = item.partition(b"=")
-        if key.decode(errors="replace") in (MEMBER_ENV, POD_ENV, SLOT_SERVER_ENV, ALIAS_ENV):
+        if key.decode(errors="replace") in _IDENTITY_ENV:
             found[key.decode()] = value.decode(errors="replace")
     if MEMBER_ENV in found:
         return found[MEMBER_ENV], found.get(POD_ENV, "")

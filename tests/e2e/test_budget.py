@@ -35,7 +35,7 @@ from tests.e2e.test_scheduling import (
     Tenant,
     ask,
     assert_all_answered,
-    run_for,
+    three_teams_for,
 )
 from tests.e2e.waiting import eventually
 
@@ -154,15 +154,7 @@ async def test_mixed_load_on_three_members_keeps_the_budget_and_every_bound(
     await setup_budget_pool(admin, namespace)
     proxies = await start_proxies(cluster, admin, namespace, tmp_path, started, 2)
     bound = wait_bound(SETTINGS, members=3, drain=2.0, swap=SWAP_ALLOWANCE)
-    tenants = [
-        Tenant(proxies[0], "model-a", (0.1, 0.5)),
-        Tenant(proxies[1], "model-b", (0.2, 1.0)),
-        Tenant(proxies[0], "model-c", (0.2, 1.0)),
-    ]
-    await run_for(tenants, 30.0, timeout=bound + 30)
-    assert_all_answered(tenants, bound + 5)  # the last request may start just before the stop
-    served = {t.model: len(t.answers) for t in tenants}
-    assert min(served.values()) >= 3, f"a team was starved: {served}"
+    tenants = await three_teams_for(proxies, 30.0, bound)
     a_slowest = max(answer.waited for answer in tenants[0].answers)
     assert a_slowest < 2.0, f"a request for a waited {a_slowest:.1f} s: a fits beside either"
     status = await pool_status(admin, namespace)

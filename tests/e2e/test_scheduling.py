@@ -90,6 +90,24 @@ async def run_for(tenants: list[Tenant], seconds: float, timeout: float) -> None
             tenant.stop = True
 
 
+async def three_teams_for(
+    proxies: list[RouterProxyProcess], seconds: float, bound: float
+) -> list[Tenant]:
+    """Three teams, one per member (a, b, c), asking with short pauses through two proxies for
+    ``seconds``; every request answered within ``bound`` (the last may start just before the stop)
+    and no team starved. The tenants, for more checks."""
+    tenants = [
+        Tenant(proxies[0], "model-a", (0.1, 0.5)),
+        Tenant(proxies[1], "model-b", (0.2, 1.0)),
+        Tenant(proxies[0], "model-c", (0.2, 1.0)),
+    ]
+    await run_for(tenants, seconds, timeout=bound + 30)
+    assert_all_answered(tenants, bound + 5)
+    served = {t.model: len(t.answers) for t in tenants}
+    assert min(served.values()) >= 3, f"a team was starved: {served}"
+    return tenants
+
+
 async def ask(
     http: httpx.AsyncClient, proxy: RouterProxyProcess, model: str, **extra: object
 ) -> Answer:

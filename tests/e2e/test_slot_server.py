@@ -36,10 +36,8 @@ from tests.e2e.test_scheduling import (
     ROUTER,
     SWAP_ALLOWANCE,
     TIMEOUT,
-    Tenant,
     ask,
-    assert_all_answered,
-    run_for,
+    three_teams_for,
 )
 from tests.e2e.test_standin_pods import node_folder
 from tests.e2e.waiting import eventually
@@ -232,14 +230,6 @@ async def test_three_teams_share_the_slot_server_and_every_request_meets_its_bou
     server = await slot_pods(admin, namespace)
     proxies = await start_proxies(cluster, admin, namespace, tmp_path, started, 2)
     bound = wait_bound(SETTINGS, members=3, drain=2.0, swap=SWAP_ALLOWANCE)
-    tenants = [
-        Tenant(proxies[0], "model-a", (0.1, 0.5)),
-        Tenant(proxies[1], "model-b", (0.2, 1.0)),
-        Tenant(proxies[0], "model-c", (0.2, 1.0)),
-    ]
-    await run_for(tenants, 30.0, timeout=bound + 30)
-    assert_all_answered(tenants, bound + 5)  # the last request may start just before the stop
-    served = {t.model: len(t.answers) for t in tenants}
-    assert min(served.values()) >= 3, f"a team was starved: {served}"
+    await three_teams_for(proxies, 30.0, bound)
     assert await slot_pods(admin, namespace) == server, "the slot server's pod was replaced"
     assert await member_pods(admin, namespace) == [], "a member ran in a pod of its own"
