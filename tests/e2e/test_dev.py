@@ -132,8 +132,17 @@ async def test_make_dev_runs_a_live_router_that_swaps(dev: DevProcess) -> None:
                     response = await http.post(f"{url}/v1/chat/completions", json=chat(model))
                     assert response.status_code == 200, response.text
                     assert response.json()["model"] == model
-            pool = (await admin.get(ModelPool.resource(), "gpu-0", NAMESPACE))["status"]
-            assert pool["residentMember"] == parked
+            # The swap's driver forwards the held request once the new server answers /health,
+            # before the kubelet's probe makes the InferenceService Ready; residentMember (the
+            # owner once Ready) follows that, so it is awaited, not read once.
+
+            async def parked_resident() -> bool:
+                pool = await admin.get(ModelPool.resource(), "gpu-0", NAMESPACE)
+                return (pool.get("status") or {}).get("residentMember") == parked
+
+            await eventually(
+                parked_resident, timeout=TIMEOUT, interval=0.2, what=f"{parked} resident"
+            )
         monitor.settle()
     finally:
         monitor.stop()

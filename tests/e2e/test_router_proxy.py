@@ -106,8 +106,13 @@ async def test_fast_path_swap_coalescing_streaming_and_errors(
             for proxy in (one, two, one, two):
                 group.start_soon(ask, proxy)
         assert [a.status_code for a in answers] == [200] * 4, [a.text for a in answers]
-        pool = await admin.get(POOL, "gpu-0", namespace)
-        assert pool["status"]["residentMember"] == "b"
+
+        # Held requests go to b once it answers /health; residentMember follows b's Ready.
+        async def b_resident() -> bool:
+            pool = await admin.get(POOL, "gpu-0", namespace)
+            return (pool.get("status") or {}).get("residentMember") == "b"
+
+        await eventually(b_resident, timeout=TIMEOUT, what="b resident after the swap")
 
         async def released() -> bool:
             return await lease_holder(admin, namespace) == ""
