@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.api.v1alpha1 import InferenceService
 from controlplane.controllers.inferenceservice import CONTROLLER_NAME, ISVC_LABEL
-from controlplane.controllers.inferenceservice.desired import LIVENESS_INITIAL_DELAY_SECONDS
+from controlplane.controllers.inferenceservice.desired import STARTUP_FAILURE_THRESHOLD
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.errors import NotFound
@@ -150,7 +150,7 @@ async def test_isvc_serves_stops_and_comes_back(
     assert container["ports"][0]["containerPort"] == 8080
     assert container["resources"] == {"limits": {"memory": "1Gi"}}
     assert container["readinessProbe"]["httpGet"]["path"] == "/health"
-    assert container["livenessProbe"]["initialDelaySeconds"] == LIVENESS_INITIAL_DELAY_SECONDS
+    assert container["startupProbe"]["failureThreshold"] == STARTUP_FAILURE_THRESHOLD
     assert service["spec"]["type"] == "ClusterIP"
     assert service["spec"]["selector"] == {ISVC_LABEL: name}
     assert [(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [

@@ -42,7 +42,10 @@ def test_deployment_runs_llama_server_with_the_model_alias_port_and_extra_args()
     assert container["ports"] == [{"name": "http", "containerPort": 9000, "protocol": "TCP"}]
     assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
-    assert container["livenessProbe"]["initialDelaySeconds"] >= 300, "model loads take minutes"
+    startup = container["startupProbe"]
+    assert startup["httpGet"] == {"path": "/health", "port": "http"}
+    assert startup["periodSeconds"] == 1, "Ready about a second after the load, not a period later"
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 600, "loads take minutes"
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
 

@@ -49,9 +49,14 @@ MEMBER_COMPONENT: Final = "member"
 CONTAINER_NAME: Final = "server"
 PORT_NAME: Final = MEMBER_PORT_NAME
 HEALTH_PATH: Final = "/health"
-#: A model load takes minutes: liveness starts judging only after this long, so a slow load is
-#: never killed; readiness (no delay) is what gates traffic.
-LIVENESS_INITIAL_DELAY_SECONDS: Final = 600
+#: A model load takes minutes. The startup probe asks ``/health`` every second for up to 660
+#: attempts (the 11 min the liveness probe used to allow: a 600 s delay, then three 20 s periods),
+#: so a slow load is never killed; liveness and readiness wait for it. The kubelet probes readiness
+#: at once when a container has started and has no readiness result yet (its prober manager), so
+#: a loaded member is Ready within about a second, not at readiness's next 5 s period: what the
+#: pool's ``residentMember``, the other proxy replicas and the end of a swap wait for.
+STARTUP_PERIOD_SECONDS: Final = 1
+STARTUP_FAILURE_THRESHOLD: Final = 660
 LIVENESS_PERIOD_SECONDS: Final = 20
 LIVENESS_FAILURE_THRESHOLD: Final = 3
 READINESS_PERIOD_SECONDS: Final = 5
@@ -187,10 +192,9 @@ def desired_deployment(
         "image": isvc.spec.image or DEFAULT_IMAGE,
         "args": server_args(isvc, weights.model_path),
         "ports": [{"name": PORT_NAME, "containerPort": server_port(isvc), "protocol": "TCP"}],
+        "startupProbe": health_probe(0, STARTUP_PERIOD_SECONDS, STARTUP_FAILURE_THRESHOLD),
         "readinessProbe": health_probe(0, READINESS_PERIOD_SECONDS, 3),
-        "livenessProbe": health_probe(
-            LIVENESS_INITIAL_DELAY_SECONDS, LIVENESS_PERIOD_SECONDS, LIVENESS_FAILURE_THRESHOLD
-        ),
+        "livenessProbe": health_probe(0, LIVENESS_PERIOD_SECONDS, LIVENESS_FAILURE_THRESHOLD),
         # The server image decides its user (llama.cpp's runs as root), so runAsNonRoot is left
         # to the image; everything that does not depend on it is locked down.
         "securityContext": {
