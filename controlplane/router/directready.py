@@ -38,9 +38,11 @@ from typing import Any, Final, Protocol
 
 from controlplane.api.v1alpha1.modelpool import SLOT_GRANTED, member_slot
 
-#: How often the driver asks a granted target's starting pod ``/health``
-#: (``--direct-health-interval``; 0 turns the probe off).
-DEFAULT_DIRECT_HEALTH_INTERVAL_SECONDS: Final = 0.05
+#: How often the driver asks a granted target's starting pod ``/health`` (or a slot server
+#: ``/models``) (``--direct-health-interval``; 0 turns the probe off). Half of it is, on average,
+#: how long a loaded model waits for its first request; 20 ms is one cheap GET per interval from
+#: one replica (the swap's driver), only while the swap's target loads.
+DEFAULT_DIRECT_HEALTH_INTERVAL_SECONDS: Final = 0.02
 
 
 class HealthCheck(Protocol):
