@@ -75,16 +75,11 @@ import anyio
 from opentelemetry import trace
 
 from controlplane.api.v1alpha1.inferenceservice import PHASE_FAILED, PHASE_READY
-from controlplane.api.v1alpha1.modelpool import DEFAULT_SWAP_BUDGET
+from controlplane.api.v1alpha1.modelpool import DEFAULT_SWAP_BUDGET, serves_from_slot_server
 from controlplane.clock import TimeSource
 from controlplane.router import metrics
 from controlplane.router.demand import DEFAULT_ACTIVITY_WINDOW_SECONDS, LocalDemand, PoolLeases
-from controlplane.router.directready import (
-    DirectReady,
-    direct_candidates,
-    serves_from_slot_server,
-    slot_server_candidates,
-)
+from controlplane.router.directready import DirectReady, direct_candidates, slot_server_candidates
 from controlplane.router.errors import (
     MIN_RETRY_AFTER_SECONDS,
     ActivationFailed,
@@ -320,7 +315,7 @@ class Activator:
         server, the pool's own entry says its model is loaded there (one watch event sooner than
         the InferenceService, which copies it)."""
         pool = self.view.pool(pool_name) or {}
-        if (pool.get("spec") or {}).get("slotServer") is not None:
+        if serves_from_slot_server(pool):
             entries = (pool.get("status") or {}).get("members") or ()
             phase = next((e.get("phase") for e in entries if e.get("name") == member), None)
             return bool(phase == PHASE_READY)

@@ -89,10 +89,6 @@ def slot_server_candidates(
     return list(ready) if granted(pool, member) else []
 
 
-def serves_from_slot_server(pool: Mapping[str, Any] | None) -> bool:
-    return (((pool or {}).get("spec") or {}).get("slotServer")) is not None
-
-
 class DirectReady:
     """Asks a granted target's starting pods ``/health``; the first that answers 200 wins."""
 

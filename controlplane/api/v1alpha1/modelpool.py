@@ -496,6 +496,12 @@ def _entry(pool: ObjectView, member: str) -> ObjectView:
     return next((entry for entry in entries if entry.get("name") == member), {})
 
 
+def serves_from_slot_server(pool: ObjectView | None) -> bool:
+    """The pool serves its members from one slot server (``spec.slotServer``), read from the
+    object as the watch delivers it: no member pod runs, its model loads in that server."""
+    return ((pool or {}).get("spec") or {}).get("slotServer") is not None
+
+
 def member_slot(pool: ObjectView, member: str) -> str | None:
     """``pool``'s decision about ``member``: ``Granted``, ``Released`` or None (not decided)."""
     slot = _entry(pool, member).get("slot")

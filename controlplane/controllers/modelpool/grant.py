@@ -43,6 +43,7 @@ from controlplane.api.v1alpha1.modelpool import (
     SLOT_RELEASED,
     member_since,
     member_slot,
+    serves_from_slot_server,
 )
 from controlplane.runtime.objects import ObjectView
 
@@ -109,12 +110,7 @@ def slot_server_pool(pools: Iterable[ObjectView], member: str) -> ObjectView | N
     its Deployment then stays at 0 and its Service selects that server (docs/modelpool.md, "One
     slot server"); None when no such pool lists it."""
     return next(
-        (
-            pool
-            for pool in listing_pools(pools, member)
-            if (pool.get("spec") or {}).get("slotServer") is not None
-        ),
-        None,
+        (pool for pool in listing_pools(pools, member) if serves_from_slot_server(pool)), None
     )
 
 
