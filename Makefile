@@ -16,7 +16,7 @@ PROMTOOL = $(shell hack/build-prometheus.sh 2>/dev/null | tail -n 1)
 # prometheus-operator's CRDs (the monitors' schema check in test-e2e), cached by version.
 PROMETHEUS_OPERATOR_CRDS = $(shell hack/fetch-prometheus-operator-crds.sh 2>/dev/null | tail -n 1)
 
-.PHONY: help venv controlplane-bins jaeger-bin helm-bin promtool-bin prometheus-operator-crds llama-server test test-unit test-e2e lint demo dev clean bench bench-proxy \
+.PHONY: help test-quick venv controlplane-bins jaeger-bin helm-bin promtool-bin prometheus-operator-crds llama-server test test-unit test-e2e lint demo dev clean bench bench-proxy \
 	bench-kv-swap bench-router-mode bench-kind-switch bench-fairness manifests check-rbac test-kind test-fuzz fuzz image kind-up deploy undeploy kind-down \
 	host-tools kind-tools kind-roots kind-node member-images network-policies monitoring-images \
 	kind-prereqs local-prereqs \
@@ -27,8 +27,10 @@ help:
 	@echo "                          (MEMBERS=llama-server: members on the real llama.cpp server)"
 	@echo "make dev                start the local control plane and keep it running"
 	@echo "make test               unit + fuzz + e2e tests (builds the control plane on first use)"
+	@echo "make test-quick         lint + unit + fuzz: the edit-test loop, a few minutes"
 	@echo "make test-unit          unit tests only (no network)"
 	@echo "make test-e2e           e2e tests against a real kube-apiserver + etcd"
+	@echo "                          (E2E_WORKERS=4 workers, each with its own control plane; 0: serial)"
 	@echo "make test-fuzz          the proxy's fuzzers, bounded and reproducible (part of make test)"
 	@echo "make fuzz               the fuzzers' long run (FUZZ_EXAMPLES=5000 per fuzzer; docs/fuzzing.md)"
 	@echo "make test-kind          the e2e suite's kind tier (a kind cluster built here, operator in it)"
@@ -91,6 +93,9 @@ llama-server: venv
 
 test: test-unit test-fuzz test-e2e
 
+# The edit-test loop: what needs no API server (lint, unit, fuzz), a few minutes.
+test-quick: lint test-unit test-fuzz
+
 # promtool runs the alert rules' tests (tests/unit/test_alert_rules.py).
 test-unit: venv promtool-bin
 	PROMTOOL_BINARY="$(PROMTOOL)" $(BIN)/pytest tests/unit
@@ -106,10 +111,15 @@ fuzz: venv
 	FUZZ_PROFILE=long FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/fuzz --timeout=0 \
 		--hypothesis-show-statistics $(PYTEST_ARGS)
 
+# The e2e tier runs on E2E_WORKERS pytest-xdist workers, each with a control plane of its own; a
+# module (or a named xdist group) is one unit of work (tests/e2e/workers.py, docs/testing.md).
+# E2E_WORKERS=0 runs it in this one process.
+E2E_WORKERS ?= 4
+E2E_PARALLEL = $(if $(filter 0,$(E2E_WORKERS)),,-n $(E2E_WORKERS) --dist loadgroup)
 test-e2e: venv controlplane-bins jaeger-bin llama-server helm-bin prometheus-operator-crds
 	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" LLAMA_SERVER_BINARY="$(LLAMA_SERVER)" \
 		HELM_BINARY="$(HELM)" PROMETHEUS_OPERATOR_CRDS="$(PROMETHEUS_OPERATOR_CRDS)" \
-		$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+		$(BIN)/pytest tests/e2e $(E2E_PARALLEL) $(PYTEST_ARGS)
 
 # The kind tier (docs/kind.md): the same suite with --cluster=kind. Everything it runs is built
 # by its prerequisites before pytest starts; the suite only finds it (MODELPOOL_NO_BUILD).

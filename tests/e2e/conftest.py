@@ -45,6 +45,7 @@ from tests.e2e.operator_process import (
     stopped_at_exit,
 )
 from tests.e2e.operator_rbac import operator_without_grant_rules
+from tests.e2e.workers import pytest_xdist_make_scheduler  # noqa: F401  (a hook: pytest finds it)
 
 _session_cluster: TestCluster | None = None
 
@@ -61,9 +62,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark e2e tests, and choose the ones the ``--cluster`` mode runs. The local tier runs all
     but the ``kind`` ones (they need the operator in a cluster, from the image). On kind, the
-    ``any_cluster`` tests (the API server's behaviour, the framework, RBAC, the install) and the
-    ``kind`` ones run; the rest drive processes only the local tier has (the node stand-in, a local
-    operator, a SIGSTOPped API server) and are deselected, counted in the summary."""
+    ``kind`` tests run, and of the ``any_cluster`` ones those also marked ``cluster_install``
+    (RBAC and the manifests as a cluster's install has them): the rest prove the API server's own
+    behaviour and the framework against it, which the local tier's kube-apiserver (the same
+    version, built from the same source) already proves, so the kind tier does not run them
+    again (docs/testing.md). ``--cluster=kubeconfig`` runs every ``any_cluster`` test: there the
+    cluster under test is the user's. Tests that drive processes only the local tier has (the node
+    stand-in, a local operator, a SIGSTOPped API server) are deselected, counted in the summary."""
     mode = config.getoption("--cluster")
     kept: list[pytest.Item] = []
     deselected: list[pytest.Item] = []
@@ -80,7 +85,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         else:
             anywhere = item.get_closest_marker("any_cluster") is not None
             anywhere = anywhere and item.get_closest_marker("local_only") is None
-            runs = anywhere or (in_kind_tier and mode == "kind")
+            if mode == "kind":
+                install = item.get_closest_marker("cluster_install") is not None
+                runs = in_kind_tier or (anywhere and install)
+            else:
+                runs = anywhere
         (kept if runs else deselected).append(item)
     if deselected:
         config.hook.pytest_deselected(items=deselected)

@@ -19,7 +19,7 @@ from controlplane.runtime.resources import DEPLOYMENTS, NAMESPACES, PODS, SERVIC
 from tests.e2e.clusters import TestCluster
 from tests.e2e.kubectl import MANIFESTS, install, kubectl
 
-pytestmark = pytest.mark.any_cluster
+pytestmark = [pytest.mark.any_cluster, pytest.mark.cluster_install]
 
 
 async def test_default_install_and_samples_are_accepted(

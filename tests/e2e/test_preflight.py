@@ -41,7 +41,7 @@ from controlplane.runtime.resources import (
 )
 from tests.e2e.clusters import TestCluster
 
-pytestmark = pytest.mark.any_cluster
+pytestmark = [pytest.mark.any_cluster, pytest.mark.cluster_install]
 
 RBAC_V1 = "rbac.authorization.k8s.io/v1"
 

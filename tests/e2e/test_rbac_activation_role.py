@@ -39,7 +39,7 @@ from tests.e2e.clusters import TestCluster
 from tests.e2e.kubectl import kubectl
 from tests.e2e.waiting import eventually
 
-pytestmark = pytest.mark.any_cluster
+pytestmark = [pytest.mark.any_cluster, pytest.mark.cluster_install]
 
 REPO = Path(__file__).resolve().parents[2]
 ESCALATION = "is attempting to grant RBAC permissions not currently held"
