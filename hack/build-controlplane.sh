@@ -13,6 +13,7 @@
 #
 # Prints the folder holding the binaries on its last line of stdout.
 set -euo pipefail
+. "$(dirname "$0")/go-flags.sh"
 
 KUBE_VERSION="${KUBE_VERSION:-v1.36.3}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
@@ -82,7 +83,7 @@ build_kube() {
     ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   done
   log "building kube-apiserver, kube-controller-manager, kubectl $KUBE_VERSION (several minutes on 2 cores)"
-  (cd "$mod" && go build -v -trimpath -ldflags "-s -w $ldflags" -o "$BIN_DIR/" \
+  (cd "$mod" && go build -v -trimpath -gcflags "$GO_GCFLAGS_OPTIMIZED" -ldflags "-s -w $ldflags" -o "$BIN_DIR/" \
       k8s.io/kubernetes/cmd/kube-apiserver \
       k8s.io/kubernetes/cmd/kube-controller-manager \
       k8s.io/kubernetes/cmd/kubectl 2>&1) | progress kube
@@ -95,7 +96,7 @@ build_etcd() {
   # A separate module so etcd's dependencies never raise kube's.
   printf 'module modelpool.dev/controlplane-bins/etcd\n\ngo 1.25\n\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ETCD_VERSION" >"$mod/go.mod"
   log "building etcd $ETCD_VERSION"
-  (cd "$mod" && go build -v -trimpath -ldflags "-s -w" -o "$BIN_DIR/etcd" go.etcd.io/etcd/server/v3 2>&1) | progress etcd
+  (cd "$mod" && go build -v -trimpath -gcflags "$GO_GCFLAGS_OPTIMIZED" -ldflags "-s -w" -o "$BIN_DIR/etcd" go.etcd.io/etcd/server/v3 2>&1) | progress etcd
   [ "${PIPESTATUS[0]}" -eq 0 ] || { log "error: etcd build failed"; exit 1; }
 }
 

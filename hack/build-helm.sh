@@ -13,6 +13,7 @@
 #
 # Prints the path of the binary on its last line of stdout.
 set -euo pipefail
+. "$(dirname "$0")/go-flags.sh"
 
 HELM_VERSION="${HELM_VERSION:-v4.3.2}"
 CACHE_ROOT="${CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/modelpool-controlplane}"
@@ -36,7 +37,7 @@ mkdir -p "$BIN_DIR"
 start=$(date +%s)
 ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION"
 log "building helm.sh/helm/v4/cmd/helm@$HELM_VERSION (a few minutes on 2 cores, cold)"
-(GOBIN="$BIN_DIR/.tmp" go install -v -trimpath -ldflags "$ldflags" \
+(GOBIN="$BIN_DIR/.tmp" go install -v -trimpath -gcflags "$GO_GCFLAGS_TOOL" -ldflags "$ldflags" \
     "helm.sh/helm/v4/cmd/helm@$HELM_VERSION" 2>&1) \
   | awk '{ n++; if (n % 200 == 0) { printf "[helm-bin] %d packages compiled\n", n > "/dev/stderr"; fflush("/dev/stderr") } }
          END { printf "[helm-bin] %d packages compiled in all\n", n > "/dev/stderr" }'

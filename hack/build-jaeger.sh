@@ -14,6 +14,7 @@
 #
 # Prints the path of the binary on its last line of stdout.
 set -euo pipefail
+. "$(dirname "$0")/go-flags.sh"
 
 JAEGER_VERSION="${JAEGER_VERSION:-v1.76.0}"
 CACHE_ROOT="${CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/modelpool-controlplane}"
@@ -58,7 +59,7 @@ log "$(grep -c '^replace ' "$SRC_DIR/go.mod" || true) replace directives copied 
 pkg=github.com/jaegertracing/jaeger/internal/version
 ldflags="-s -w -X $pkg.latestVersion=$JAEGER_VERSION -X $pkg.date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 log "building cmd/jaeger $JAEGER_VERSION (minutes on 2 cores)"
-(cd "$SRC_DIR" && go build -v -trimpath -ldflags "$ldflags" -o "$BINARY.tmp" \
+(cd "$SRC_DIR" && go build -v -trimpath -gcflags "$GO_GCFLAGS_TOOL" -ldflags "$ldflags" -o "$BINARY.tmp" \
     github.com/jaegertracing/jaeger/cmd/jaeger 2>&1) \
   | awk '{ n++; if (n % 200 == 0) { printf "[jaeger-bin] %d packages compiled\n", n > "/dev/stderr"; fflush("/dev/stderr") } }
          END { printf "[jaeger-bin] %d packages compiled in all\n", n > "/dev/stderr" }'

@@ -12,6 +12,7 @@
 #
 # Prints the folder holding the programs on its last line of stdout.
 set -euo pipefail
+. "$(dirname "$0")/go-flags.sh"
 cd "$(dirname "$0")/.."
 
 KIND_VERSION="${KIND_VERSION:-v0.33.0}"
@@ -45,7 +46,7 @@ build_kind() {
   [ -x "$BIN_DIR/kind" ] && return
   refuse_build "kind $KIND_VERSION"
   log "kind $KIND_VERSION"
-  GOBIN="$BIN_DIR" nice go install -trimpath "sigs.k8s.io/kind@$KIND_VERSION"
+  GOBIN="$BIN_DIR" nice go install -trimpath -gcflags "$GO_GCFLAGS_TOOL" "sigs.k8s.io/kind@$KIND_VERSION"
 }
 
 build_node_binaries() {
@@ -60,7 +61,7 @@ build_node_binaries() {
     ldflags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
     ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   done
-  (cd "$kube_module" && nice go build -trimpath -ldflags "-s -w $ldflags" -o "$BIN_DIR/" \
+  (cd "$kube_module" && nice go build -trimpath -gcflags "$GO_GCFLAGS_OPTIMIZED" -ldflags "-s -w $ldflags" -o "$BIN_DIR/" \
     k8s.io/kubernetes/cmd/kubeadm k8s.io/kubernetes/cmd/kubelet \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy)
 }
@@ -69,7 +70,7 @@ build_crictl() {
   [ -x "$BIN_DIR/crictl" ] && return
   refuse_build "crictl $CRICTL_VERSION"
   log "crictl $CRICTL_VERSION"
-  GOBIN="$BIN_DIR" nice go install -trimpath "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
+  GOBIN="$BIN_DIR" nice go install -trimpath -gcflags "$GO_GCFLAGS_TOOL" "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
 }
 
 build_cni() {
@@ -82,7 +83,7 @@ build_cni() {
     "$CNI_PLUGINS_VERSION" >"$mod/go.mod"
   local p
   for p in main/bridge ipam/host-local main/loopback meta/portmap; do
-    (cd "$mod" && nice go build -trimpath -ldflags "-s -w" -o "$BIN_DIR/cni/" \
+    (cd "$mod" && nice go build -trimpath -gcflags "$GO_GCFLAGS_TOOL" -ldflags "-s -w" -o "$BIN_DIR/cni/" \
       "github.com/containernetworking/plugins/plugins/$p")
   done
 }
@@ -105,7 +106,7 @@ build_coredns() {
     for p in "${COREDNS_PLUGINS[@]}"; do printf '\t_ "github.com/coredns/coredns/plugin/%s"\n' "$p"; done
     printf ')\n\nfunc main() { coremain.Run() }\n'
   } >"$mod/main.go"
-  (cd "$mod" && nice go build -trimpath -ldflags "-s -w" -o "$BIN_DIR/coredns.tmp" .)
+  (cd "$mod" && nice go build -trimpath -gcflags "$GO_GCFLAGS_TOOL" -ldflags "-s -w" -o "$BIN_DIR/coredns.tmp" .)
   mv "$BIN_DIR/coredns.tmp" "$BIN_DIR/coredns"
 }
 

@@ -21,6 +21,7 @@
 #
 # Prints the image reference on its last line of stdout.
 set -euo pipefail
+. "$(dirname "$0")/go-flags.sh"
 cd "$(dirname "$0")/.."
 
 KUBE_ROUTER_VERSION="${KUBE_ROUTER_VERSION:-v2.1.0}"
@@ -51,7 +52,7 @@ build_binary() {
   log "kube-router $KUBE_ROUTER_VERSION from its Go module (minutes on 2 cores)"
   rm -rf "$BIN_DIR.tmp"
   CGO_ENABLED=0 GOFLAGS= GOTOOLCHAIN="${GOTOOLCHAIN:-local}" GOBIN="$BIN_DIR.tmp" \
-    nice go install -trimpath -ldflags "-s -w" \
+    nice go install -trimpath -gcflags "$GO_GCFLAGS_TOOL" -ldflags "-s -w" \
     "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION" \
     || die "go install of kube-router $KUBE_ROUTER_VERSION failed"
   mkdir -p "$BIN_DIR"

@@ -20,6 +20,7 @@
 #
 # Prints the folder holding `operator` and `prometheus-config-reloader` on its last line of stdout.
 set -euo pipefail
+. "$(dirname "$0")/go-flags.sh"
 
 VERSION="${PROMETHEUS_OPERATOR_VERSION:-v0.93.1}"
 CACHE_ROOT="${CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/modelpool-controlplane}"
@@ -75,7 +76,7 @@ rm -rf "$BIN_DIR/.tmp" && mkdir -p "$BIN_DIR/.tmp"
 packages=()
 for command in "${COMMANDS[@]}"; do packages+=("$MODULE/cmd/$command"); done
 # go's output (one line a package, or the errors) is counted, its last lines kept for a failure.
-(cd "$SRC_DIR" && go build -v -trimpath -ldflags "$ldflags" -o "$BIN_DIR/.tmp/" "${packages[@]}" 2>&1) \
+(cd "$SRC_DIR" && go build -v -trimpath -gcflags "$GO_GCFLAGS_TOOL" -ldflags "$ldflags" -o "$BIN_DIR/.tmp/" "${packages[@]}" 2>&1) \
   | tee "$BIN_DIR/.tmp/build.log" \
   | awk '{ n++; if (n % 200 == 0) { printf "[prometheus-operator-bin] %d packages compiled\n", n > "/dev/stderr"; fflush("/dev/stderr") } }
          END { printf "[prometheus-operator-bin] %d packages compiled in all\n", n > "/dev/stderr" }' \

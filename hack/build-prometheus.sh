@@ -28,6 +28,7 @@
 #
 # Prints the path of promtool (with --server: of prometheus) on its last line of stdout.
 set -euo pipefail
+. "$(dirname "$0")/go-flags.sh"
 
 PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
 PROMETHEUS_TAGS="${PROMETHEUS_TAGS:-remove_all_sd,enable_kubernetes_sd}"
@@ -83,7 +84,7 @@ log "building cmd/$COMMAND $PROMETHEUS_VERSION, tags $PROMETHEUS_TAGS (minutes o
 rm -rf "$BIN_DIR/.tmp-$COMMAND" && mkdir -p "$BIN_DIR/.tmp-$COMMAND"
 # go's output (one line a package, or the errors) is counted, its last lines kept for a failure
 # (under pipefail the pipeline fails when go build does).
-(cd "$SRC_DIR" && go build -v -trimpath -tags "$PROMETHEUS_TAGS" -ldflags "$ldflags" \
+(cd "$SRC_DIR" && go build -v -trimpath -gcflags "$GO_GCFLAGS_TOOL" -tags "$PROMETHEUS_TAGS" -ldflags "$ldflags" \
     -o "$BIN_DIR/.tmp-$COMMAND/" "$MODULE/cmd/$COMMAND" 2>&1) \
   | tee "$BIN_DIR/.tmp-$COMMAND/build.log" \
   | awk -v tag="[$COMMAND-bin]" '{ n++; if (n % 200 == 0) { printf "%s %d packages compiled\n", tag, n > "/dev/stderr"; fflush("/dev/stderr") } }
