@@ -335,6 +335,17 @@ class Activator:
         status = (self.view.pool(swap.pool) or {}).get("status") or {}
         return str(status.get("residentMember") or "")
 
+    def _follow_origin(self, swap: Swap) -> None:
+        """While the Lease is ours, the swap's ``from`` follows the pool's resident until the
+        target is: a swap whose driver died (its Lease expired) may still make its own target
+        resident before the pool drains for ours, and that member, not the one seen at the claim,
+        is what ours replaces (the kind storm's accounting caught the claim-time one)."""
+        if self.schedule.budget(swap.pool) is not None:
+            return  # the residents that leave for it were chosen at the claim
+        resident = self.origin(swap)
+        if resident and resident != swap.member:
+            swap.origin = resident
+
     def retry_after(self, swap: Swap) -> int:
         """When ``swap``'s target is likely up: the swap times measured here, and, while the
         target waits for its turn, the time until the scheduler gives it (the queue ahead)."""
@@ -526,6 +537,7 @@ class Activator:
                 if swap.holding:
                     if not await self._keep(swap):
                         continue  # lost: judged again at once, claim again or wait for the holder
+                    self._follow_origin(swap)
                     wait = self._holder_sleep(swap)
                     if self.direct_ready is not None and swap.direct_url is None:
                         wait = min(wait, await self._probe_direct(swap, self.direct_ready))

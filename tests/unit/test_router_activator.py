@@ -517,6 +517,38 @@ async def test_swaps_are_counted_only_by_the_replica_that_drove_them() -> None:
     assert pool_samples("modelpool_swap_duration_seconds_count") == durations + 1
 
 
+def swaps_counted(source: str, target: str) -> float:
+    """``modelpool_swaps_total`` for pool gpu-0 from ``source`` to ``target``."""
+    value = REGISTRY.get_sample_value(
+        "modelpool_swaps_total", {"pool": "gpu-0", "from": source, "to": target}
+    )
+    return value or 0.0
+
+
+async def test_a_swap_counts_the_resident_it_replaced_not_the_one_seen_at_its_claim() -> None:
+    """The driver claims for c while a is resident; before the pool drains for c, an unfinished
+    swap of a dead driver makes b resident. The swap that follows replaces b: it is counted
+    b -> c, never a -> c."""
+    view, api = cluster()
+    before = {pair: swaps_counted(*pair) for pair in (("a", "c"), ("b", "c"))}
+    driver = new_activator(view, api, "driver")
+    async with running(driver) as group:
+        answered: list[str] = []
+
+        async def ask() -> None:
+            answered.append(await driver.upstream(Route("qwen", "c", "gpu-0")))
+
+        group.start_soon(ask)
+        await until(lambda: holder(api) == "driver")
+        view.make_resident("gpu-0", "b")
+        driver.notifier.notify()
+        await until(lambda: driver.swaps[("gpu-0", "c")].origin == "b")
+        await play_controller(view, api, driver)
+        await until(lambda: len(answered) == 1 and not driver.swaps)
+    assert swaps_counted("b", "c") == before[("b", "c")] + 1
+    assert swaps_counted("a", "c") == before[("a", "c")]
+
+
 # -- spans ---------------------------------------------------------------------------------------
 
 
