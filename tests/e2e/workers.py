@@ -78,6 +78,10 @@ def rank(unit: str) -> int:
 class ModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no types
     """xdist's scope scheduling with a module (or a named group) as the scope, longest first."""
 
+    def __init__(self, config: pytest.Config, log: Any = None) -> None:
+        super().__init__(config, log)
+        self._ranked = False
+
     def _split_scope(self, nodeid: str) -> str:
         return unit_of(nodeid)
 
@@ -85,7 +89,7 @@ class ModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist ship
         # The base class fills ``workqueue`` (most tests first) and hands out its first units in
         # one call; the known-long units are moved to its front before the first is handed out.
         # The sort is stable: the rest keep the base class's order.
-        if not getattr(self, "_ranked", False):
+        if not self._ranked:
             ordered = sorted(self.workqueue.items(), key=lambda item: rank(item[0]))
             self.workqueue.clear()
             self.workqueue.update(ordered)

@@ -34,6 +34,7 @@ from controlplane.runtime.resources import LEASES
 from tests.unit.activator_helpers import (
     LEASE_NAME,
     Clock,
+    ask_many,
     claims_by,
     cluster,
     holder,
@@ -534,11 +535,7 @@ async def test_a_swap_counts_the_resident_it_replaced_not_the_one_seen_at_its_cl
     driver = new_activator(view, api, "driver")
     async with running(driver) as group:
         answered: list[str] = []
-
-        async def ask() -> None:
-            answered.append(await driver.upstream(Route("qwen", "c", "gpu-0")))
-
-        group.start_soon(ask)
+        ask_many(group, driver, Route("qwen", "c", "gpu-0"), 1, answered)
         await until(lambda: holder(api) == "driver")
         view.make_resident("gpu-0", "b")
         driver.notifier.notify()
