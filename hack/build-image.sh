@@ -21,6 +21,7 @@
 # Under MODELPOOL_NO_BUILD (the e2e suite's kind tier, which finds what `make kind-prereqs`
 # built) an image that is missing is an error naming it, never a build.
 set -euo pipefail
+. "$(dirname "$0")/debian-root.sh"
 cd "$(dirname "$0")/.."
 
 SUITE="${DEBIAN_SUITE:-bookworm}"
@@ -47,19 +48,19 @@ refuse_build() {
 hack/docker-engine.sh >/dev/null
 start=$(date +%s)
 
+# The user the image runs as, added to the Debian root $1 (hack/debian-root.sh calls it).
+add_service_user() {
+  chroot "$1" groupadd --system --gid "$UID_GID" controlplane &&
+    chroot "$1" useradd --system --uid "$UID_GID" --gid "$UID_GID" --no-create-home \
+      --home-dir /nonexistent --shell /usr/sbin/nologin controlplane
+}
+
+# A root the code before hack/debian-root.sh made has python3 and no .complete: it is complete too.
 if [ ! -x "$BASE_ROOT/usr/bin/python3" ]; then
   refuse_build "the Debian root $BASE_ROOT"
   command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null \
     || die "apt-get install debootstrap failed"
-  log "making a Debian $SUITE root with python3 (debootstrap, a few minutes, cached)"
-  rm -rf "$BASE_ROOT.tmp" && mkdir -p "$(dirname "$BASE_ROOT")"
-  debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$BASE_ROOT.tmp" >&2 \
-    || die "debootstrap failed (log: $BASE_ROOT.tmp/debootstrap/debootstrap.log)"
-  chroot "$BASE_ROOT.tmp" groupadd --system --gid "$UID_GID" controlplane
-  chroot "$BASE_ROOT.tmp" useradd --system --uid "$UID_GID" --gid "$UID_GID" --no-create-home \
-    --home-dir /nonexistent --shell /usr/sbin/nologin controlplane
-  rm -rf "$BASE_ROOT.tmp"/var/cache/apt/archives/*.deb "$BASE_ROOT.tmp"/var/lib/apt/lists/*
-  mv "$BASE_ROOT.tmp" "$BASE_ROOT"
+  debian_root "$BASE_ROOT" "python3" "$PACKAGES" add_service_user || die "the Debian root failed"
 fi
 
 work=$(mktemp -d)
@@ -128,6 +129,7 @@ fi
 refuse_build "$image"
 root="$work/root"
 cp -a "$BASE_ROOT" "$root"
+rm -f "$root/.complete"
 cp -r "$work/wheels" "$root/tmp/wheels"
 chroot "$root" python3 -m venv /opt/modelpool
 chroot "$root" /opt/modelpool/bin/pip install --quiet --no-index --no-cache-dir \

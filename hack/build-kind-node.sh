@@ -20,6 +20,7 @@
 # Debian roots (network-bound debootstraps, which `make kind-prereqs` runs while Go compiles).
 # Under MODELPOOL_NO_BUILD a missing node image is an error, never a build.
 set -euo pipefail
+. "$(dirname "$0")/debian-root.sh"
 cd "$(dirname "$0")/.."
 
 KIND_VERSION="${KIND_VERSION:-v0.33.0}"
@@ -54,18 +55,9 @@ start=$(date +%s)
 command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null \
   || die "apt-get install debootstrap failed"
 
-# debootstrap once per root, cached; $3 = comma-separated packages.
+# debootstrap once per root, cached (hack/debian-root.sh); $3 = comma-separated packages.
 make_root() {
-  local root="$1" what="$2" packages="$3"
-  [ -f "$root/.complete" ] && return
-  log "making the $what root (debootstrap $SUITE, a few minutes, cached)"
-  rm -rf "$root" && mkdir -p "$(dirname "$root")"
-  # Not niced: a debootstrap waits on the network and dpkg, and niced beside compiles it starved
-  # (23 minutes instead of 4 in a parallel build from empty caches).
-  debootstrap --variant=minbase --include="$packages" "$SUITE" "$root" >&2 \
-    || die "debootstrap of the $what root failed (log: $root/debootstrap/debootstrap.log)"
-  rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
-  touch "$root/.complete"
+  debian_root "$1" "$2" "$3" || die "the $2 root failed"
 }
 
 # A directory imported as an image: $1 dir, $2 reference, rest: `docker import -c` changes.

@@ -22,6 +22,7 @@
 # Prints the image reference on its last line of stdout.
 set -euo pipefail
 . "$(dirname "$0")/go-flags.sh"
+. "$(dirname "$0")/debian-root.sh"
 cd "$(dirname "$0")/.."
 
 KUBE_ROUTER_VERSION="${KUBE_ROUTER_VERSION:-v2.1.0}"
@@ -60,17 +61,11 @@ build_binary() {
   rm -rf "$BIN_DIR.tmp"
 }
 
-# Not niced: a debootstrap waits on the network and dpkg (see hack/build-kind-node.sh).
+# The Debian root, cached (hack/debian-root.sh).
 make_root() {
-  [ -f "$ROOT/.complete" ] && return
   command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null \
     || die "apt-get install debootstrap failed"
-  log "making the kube-router root (debootstrap $SUITE with $PACKAGES, a few minutes, cached)"
-  rm -rf "$ROOT" && mkdir -p "$(dirname "$ROOT")"
-  debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOT" >&2 \
-    || die "debootstrap of the kube-router root failed (log: $ROOT/debootstrap/debootstrap.log)"
-  rm -rf "$ROOT"/var/cache/apt/archives/*.deb "$ROOT"/var/lib/apt/lists/*
-  touch "$ROOT/.complete"
+  debian_root "$ROOT" "kube-router" "$PACKAGES"
 }
 
 make_root &
