@@ -8,6 +8,12 @@ from typing import Any
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, set_condition
+from controlplane.api.v1alpha1.conditions import find_condition
+from controlplane.controllers.inferenceservice.rollout import (
+    REASON_WAITING_FOR_IDLE,
+    Gate,
+    RolloutVerdict,
+)
 from controlplane.controllers.inferenceservice.status import (
     Hold,
     PhaseDecision,
@@ -16,6 +22,7 @@ from controlplane.controllers.inferenceservice.status import (
     desired_status,
     explain_hold,
     status_changed,
+    update_transition,
 )
 
 
@@ -142,11 +149,16 @@ def test_a_fresh_status_differs_and_carries_everything() -> None:
     assert written["desiredReplicas"] == 1, "spec.replicas is absent: the column shows its 1"
     assert written["endpoint"] == "http://llama.ml.svc:8080"
     assert written["observedGeneration"] == 2
-    (condition,) = written["conditions"]
+    condition, update = written["conditions"]
     assert (condition["type"], condition["status"], condition["reason"]) == (
         "Ready",
         "True",
         "ServerReady",
+    )
+    assert (update["type"], update["status"], update["reason"]) == (
+        "UpdatePending",
+        "False",
+        "UpToDate",
     )
     assert condition["observedGeneration"] == 2
 
@@ -187,3 +199,31 @@ def test_desired_replicas_follows_the_spec() -> None:
     scaled.spec.replicas = 0
     stopped = PhaseDecision("Stopped", "ScaledToZero", "gone")
     assert desired_status(scaled, stopped, deployment()).desired_replicas == 0
+
+
+def test_a_waiting_change_is_a_condition_and_its_start_and_end_are_events() -> None:
+    current = isvc()
+    settled = desired_status(current, READY, deployment(ready=1, replicas=1))
+    waiting = desired_status(
+        current,
+        READY,
+        deployment(ready=1, replicas=1),
+        update=RolloutVerdict(Gate.WAIT, REASON_WAITING_FOR_IDLE, "busy at http://a:1"),
+    )
+    pending = find_condition(waiting.conditions, "UpdatePending")
+    assert pending is not None
+    assert (pending.status, pending.reason, pending.message) == (
+        "True",
+        REASON_WAITING_FOR_IDLE,
+        "busy at http://a:1",
+    )
+    assert update_transition(settled, waiting) == (
+        "UpdatePending",
+        f"{REASON_WAITING_FOR_IDLE}: busy at http://a:1",
+    )
+    assert update_transition(waiting, settled) == (
+        "UpdateApplied",
+        "the change to the pod waited for idle and goes in now",
+    )
+    assert update_transition(settled, settled) is None
+    assert update_transition(waiting, waiting) is None

@@ -516,3 +516,35 @@ def test_in_a_budget_pool_a_join_completes_a_swap_and_a_resident_moving_back_doe
     (done,) = transitions(back, joined, owner, NOW)
     assert done.reason == "SwapCompleted"
     assert done.message == "swap done: c is resident (beside a)"
+
+
+def test_a_resident_whose_pod_change_waits_for_the_pool_is_drained_then_granted_again() -> None:
+    """docs/inferenceservice.md, "Changing a serving member": the owner is drained through the
+    same probe as any member, and granted again only once the change went in."""
+    changing = replace(up("a"), update_pending=True)
+    # Serving: probed first (released only when idle), nothing granted.
+    assert plan_actions(members(changing, stopped("b")), "a") == Plan(probe=("a",), refresh=("a",))
+    # Starting (no ready endpoint, nothing listed): released at once.
+    starting = replace(loading("a"), update_pending=True)
+    assert plan_actions(members(starting, stopped("b")), "a") == Plan(
+        release=("a",), refresh=("a",)
+    )
+    # Released, the change not yet in: not granted again (its old pod may still be serving).
+    released = MemberState("a", slot=RELEASED, phase="Draining", pods=1, update_pending=True)
+    assert plan_actions(members(released, stopped("b")), "a") == Plan()
+    # The change went in (the Deployment at 0 took the new pod): granted, as any owner.
+    changed = replace(released, update_pending=False)
+    assert plan_actions(members(changed, stopped("b")), "a") == Plan(grant="a")
+
+
+def test_a_member_that_is_not_resident_is_not_drained_for_its_pod_change() -> None:
+    """A pending change of a member without the slot goes in by itself (it has no pod)."""
+    waiting = replace(stopped("b"), update_pending=True)
+    assert plan_actions(members(up("a"), waiting), "a") == Plan()
+
+
+def test_a_kept_resident_of_a_budget_pool_is_drained_for_its_pod_change() -> None:
+    budget = Budget(capacity=2, footprints={"a": 1, "b": 1, "c": 1})
+    kept = replace(up("b"), update_pending=True)
+    plan = plan_actions(members(up("a"), kept, stopped("c")), "a", keep=("b",), budget=budget)
+    assert plan == Plan(probe=("b",), refresh=("b",))

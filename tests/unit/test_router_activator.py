@@ -627,3 +627,27 @@ async def test_beyond_its_held_limit_a_replica_answers_503_at_once_and_holds_aga
     assert caught.value.status == 503
     assert caught.value.code == "proxy_hold_full"
     assert int(caught.value.headers()["Retry-After"]) >= 1
+
+
+async def test_a_resident_changing_its_pod_is_held_and_answered_by_the_new_pod() -> None:
+    """Admission to a resident closes while its InferenceService says a change to its pod waits
+    for the pool (docs/inferenceservice.md, "Changing a serving member"): its requests are held
+    and answered by the pod the change brings, never forwarded to the one being drained."""
+    view, api = cluster()
+    pending = {"type": "UpdatePending", "status": "True", "reason": "WaitingForPool"}
+    view.isvcs["a"]["status"]["conditions"] = [pending]
+    old = view.urls["a"][0]
+    activator = new_activator(view, api)
+    answers: list[str] = []
+    async with running(activator) as group:
+        ask_many(group, activator, Route("llama", "a", "gpu-0"), 3, answers)
+        await until(lambda: activator.held == 3)
+        assert answers == [], "nothing is forwarded to the pod being drained"
+        # The pool drained it, the change went in, the new pod is Ready at a new address.
+        view.start_draining("a")
+        view.make_resident("gpu-0", "a")
+        view.urls["a"] = ["http://127.0.0.1:9111"]
+        activator.notifier.notify()
+        await until(lambda: len(answers) == 3)
+    assert answers == ["http://127.0.0.1:9111"] * 3
+    assert old not in answers

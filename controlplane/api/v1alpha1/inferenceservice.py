@@ -44,6 +44,7 @@ from controlplane.api.v1alpha1.modelsource import (
     parse_source,
 )
 from controlplane.api.v1alpha1.podtemplate import PodTemplateFields, subdomain_field
+from controlplane.runtime.objects import ObjectView
 
 DEFAULT_IMAGE: Final = "ghcr.io/ggml-org/llama.cpp:server"
 DEFAULT_PORT: Final = 8080
@@ -62,6 +63,9 @@ PHASE_DRAINING: Final = "Draining"
 #: Scaled to zero, no pod left: its GPU memory is free.
 PHASE_STOPPED: Final = "Stopped"
 PHASE_FAILED: Final = "Failed"
+#: A change to the member's pod waits for it to be idle (docs/inferenceservice.md, "Changing a
+#: serving member"): True while it waits, with the reason it waits.
+CONDITION_UPDATE_PENDING: Final = "UpdatePending"
 #: Where the per-InferenceService folders of saved KV caches live on the node, by default.
 DEFAULT_KV_CACHE_HOST_PATH: Final = "/var/lib/modelpool/kv-cache"
 #: Bound of a save and of a restore, each, by default and at most: a drain or a pod's readiness
@@ -390,6 +394,12 @@ class InferenceService(CustomObject):
         ),
         PrinterColumn("Endpoint", ".status.endpoint", description="URL", priority=1),
         PrinterColumn(
+            "Update",
+            '.status.conditions[?(@.type=="UpdatePending")].reason',
+            description="Whether a change to the pod waits, and for what",
+            priority=1,
+        ),
+        PrinterColumn(
             "KV-Cache",
             ".status.kvCache.summary",
             description="The KV cache's last save and restore",
@@ -403,4 +413,13 @@ class InferenceService(CustomObject):
     )
     status: InferenceServiceStatus = api_field(
         "Observed state.", default_factory=InferenceServiceStatus
+    )
+
+
+def update_pending(isvc: ObjectView | None) -> bool:
+    """A change to the member's pod waits (``UpdatePending`` True), read from the object as the
+    watch delivers it: its pool drains it, and every router-proxy replica holds its requests."""
+    conditions = ((isvc or {}).get("status") or {}).get("conditions") or ()
+    return any(
+        c.get("type") == CONDITION_UPDATE_PENDING and c.get("status") == "True" for c in conditions
     )

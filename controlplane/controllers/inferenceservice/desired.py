@@ -29,6 +29,7 @@ from controlplane.controllers.children import (
     resource_requirements,
     with_spec_hash,
 )
+from controlplane.controllers.inferenceservice.rollout import with_template_hash
 from controlplane.controllers.inferenceservice.weights import (
     WeightsPlacement,
     model_pod_parts,
@@ -244,7 +245,7 @@ def desired_deployment(
     }
     if pod_fields is not None and pod_fields.annotations:
         template_metadata["annotations"] = dict(pod_fields.annotations)
-    return with_spec_hash(
+    deployment = with_spec_hash(
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -260,6 +261,7 @@ def desired_deployment(
             },
         }
     )
+    return with_template_hash(deployment)
 
 
 def desired_service(

@@ -65,6 +65,7 @@ Deployment writes of the same InferenceService.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -107,6 +108,14 @@ from controlplane.controllers.inferenceservice.network import (
     MemberNetworkPolicy,
     desired_network_policy,
 )
+from controlplane.controllers.inferenceservice.rollout import (
+    UP_TO_DATE,
+    Gate,
+    RolloutVerdict,
+    pod_change,
+    rollout_gate,
+    running_fetch_image,
+)
 from controlplane.controllers.inferenceservice.status import (
     CONDITION_READY,
     Hold,
@@ -116,8 +125,10 @@ from controlplane.controllers.inferenceservice.status import (
     explain_hold,
     served_phase,
     status_changed,
+    update_transition,
 )
 from controlplane.controllers.inferenceservice.weights import (
+    FETCH_CONTAINER,
     MODEL_OF_LABEL,
     WeightsPlacement,
 )
@@ -135,11 +146,13 @@ from controlplane.controllers.modelpool.grant import (
     withheld_by,
 )
 from controlplane.controllers.modelpool.slotserver import member_service_selector
+from controlplane.probes.idle import IdleProbe
+from controlplane.probes.llamacpp import SlotsProbe
 from controlplane.probes.slotcache import RESTORE, SAVE, CacheOutcome, CacheReport, SlotCacheClient
 from controlplane.runtime.cache import NAMESPACE_INDEX, Object
 from controlplane.runtime.client import STRATEGIC_MERGE_PATCH, KubeClient
 from controlplane.runtime.controller import Request, Result
-from controlplane.runtime.endpoints import SERVICE_NAME_LABEL, pod_urls
+from controlplane.runtime.endpoints import SERVICE_NAME_LABEL, member_urls, pod_urls
 from controlplane.runtime.errors import Conflict, Invalid, NotFound
 from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
@@ -171,6 +184,9 @@ KV_STATUS_WRITE_ATTEMPTS: Final = 4
 #: The Ready reason of an InferenceService whose Deployment the API server refuses (a malformed
 #: ``spec.pod.affinity`` or volume source, which the CRD keeps whole).
 REASON_DEPLOYMENT_REFUSED: Final = "DeploymentRefused"
+#: How soon a change waiting for a member no pool lists to be idle asks ``/slots`` again: the
+#: only polling of an update, since ``/slots`` has no watch (as the pool's drain).
+UPDATE_RECHECK_SECONDS: Final = 1.0
 #: How soon a pod whose server is loaded but not yet behind its Service is looked at again.
 KV_ENDPOINT_RECHECK_SECONDS: Final = 0.5
 
@@ -208,6 +224,7 @@ class InferenceServiceReconciler:
         slot_cache: SlotCacheClient | None = None,
         network_policies: Informer | None = None,
         network: MemberNetworkPolicy | None = None,
+        idle_probe: IdleProbe | None = None,
         clock: TimeSource = time.monotonic,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
@@ -222,6 +239,8 @@ class InferenceServiceReconciler:
         #: None (unit tests of other rules): only sources read where they are are understood.
         self.weights = weights
         self.slot_cache = slot_cache or SlotCacheClient()
+        #: Asks a member no pool lists whether a change to its pod may go in (``/slots``).
+        self.idle_probe: IdleProbe = idle_probe or SlotsProbe()
         #: None (unit tests of other rules): no NetworkPolicy is read or written.
         self.network_policies = network_policies
         self.network = network or MemberNetworkPolicy()
@@ -260,6 +279,7 @@ class InferenceServiceReconciler:
             (("Deployment", deployment), ("Service", service), ("NetworkPolicy", policy)),
         )
         verdict, placement, requeue = await self._weights(obj)
+        rollout = UP_TO_DATE
         replicas = self._replicas(obj, deployment, weights=verdict)
         if conflict is None and replicas.count > _deployment_replicas(deployment):
             try:
@@ -272,12 +292,19 @@ class InferenceServiceReconciler:
             served = replicas.slot_server
             selector = member_service_selector(served["metadata"]["name"]) if served else None
             await self._apply_network_policy(key, isvc, policy, selector)
+            pods = self._pod_count(isvc)
+            if (running := running_fetch_image(deployment, pods, FETCH_CONTAINER)) is not None:
+                placement = replace(placement, fetch_image=running)
             wanted = desired_deployment(
                 isvc, replicas.count, placement=placement, node=verdict.status.node
             )
             if _deployment_replicas(deployment) == 0:
                 self._lowered.discard(key)  # the cache has caught up with our last lowering
             if needs_apply(deployment, wanted):
+                rollout = await self._rollout_gate(isvc, deployment, wanted, replicas, pods)
+                if rollout.pending:
+                    requeue = _sooner(requeue, None if replicas.pools else UPDATE_RECHECK_SECONDS)
+            if needs_apply(deployment, wanted) and not rollout.pending:
                 lowering = replicas.count < _deployment_replicas(deployment)
                 raising = replicas.count > _deployment_replicas(deployment)
                 if lowering and key not in self._lowered:
@@ -320,7 +347,9 @@ class InferenceServiceReconciler:
         if replicas.hold.settling:
             requeue = min(requeue or replicas.hold.settle_seconds, replicas.hold.settle_seconds)
         settle = Result(requeue_after=requeue) if requeue is not None else Result()
-        status = desired_status(isvc, decision, deployment, replicas.pools, replicas.count)
+        status = desired_status(
+            isvc, decision, deployment, replicas.pools, replicas.count, update=rollout
+        )
         with_weights(status, verdict, isvc.metadata.generation)
         if conflict is None:
             status.pool_decision = self._acknowledgement(key, replicas, deployment)
@@ -328,6 +357,7 @@ class InferenceServiceReconciler:
             return settle
         previous = isvc.status.phase
         weights_event = transition_event(isvc.status.model, verdict.status)
+        update_event = update_transition(isvc.status, status)
         isvc.status = status
         try:
             await self.client.update_status(InferenceService.resource(), isvc.to_dict())
@@ -338,6 +368,8 @@ class InferenceServiceReconciler:
         if weights_event is not None:
             self.recorder.event(obj, weights_event.type, weights_event.reason, "FetchModel",
                                 weights_event.note)  # fmt: skip
+        if update_event is not None:
+            self.recorder.event(obj, "Normal", update_event[0], "UpdatePod", update_event[1])
         if previous != decision.phase:
             log.info("%s: phase %s -> %s (%s)", key, previous, decision.phase, decision.reason)
             self.recorder.event(
@@ -348,6 +380,30 @@ class InferenceServiceReconciler:
                 f"phase {previous or 'unset'} -> {decision.phase}: {decision.message}",
             )
         return settle
+
+    async def _rollout_gate(
+        self,
+        isvc: InferenceService,
+        deployment: Mapping[str, Any] | None,
+        wanted: Mapping[str, Any],
+        replicas: Replicas,
+        pods: int,
+    ) -> RolloutVerdict:
+        """Whether ``wanted`` may be written now, asking the ready endpoints' ``/slots`` when the
+        rules need it (:mod:`~controlplane.controllers.inferenceservice.rollout`)."""
+        gate = functools.partial(
+            rollout_gate,
+            changes_pod=pod_change(deployment, wanted),
+            pods=pods,
+            wanted_replicas=replicas.count,
+            pooled=bool(replicas.pools),
+        )
+        verdict = gate()
+        if verdict.gate is not Gate.PROBE:
+            return verdict
+        urls = member_urls(self.endpoint_slices.store, isvc.namespace or "", isvc.name)
+        key = f"{isvc.namespace}/{isvc.name}"
+        return gate(reports=[(url, await self.idle_probe.probe(url, member=key)) for url in urls])
 
     async def _refused(self, obj: Object, isvc: InferenceService, message: str) -> Result:
         """Failed, ``DeploymentRefused``: the spec makes a Deployment the API server refuses."""

@@ -51,8 +51,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from controlplane.api.v1alpha1 import InferenceService, InferenceServiceStatus, set_condition
-from controlplane.api.v1alpha1.conditions import FALSE, TRUE
+from controlplane.api.v1alpha1.conditions import FALSE, TRUE, find_condition
 from controlplane.api.v1alpha1.inferenceservice import (
+    CONDITION_UPDATE_PENDING,
     PHASE_CREATING,
     PHASE_DRAINING,
     PHASE_FAILED,
@@ -70,6 +71,11 @@ from controlplane.controllers.children import (
     progress_deadline_exceeded,
 )
 from controlplane.controllers.inferenceservice.desired import endpoint
+from controlplane.controllers.inferenceservice.rollout import (
+    EVENT_UPDATE_APPLIED,
+    UP_TO_DATE,
+    RolloutVerdict,
+)
 
 CONDITION_READY: Final = "Ready"
 REASON_SERVER_READY: Final = "ServerReady"
@@ -227,8 +233,11 @@ def desired_status(
     deployment: Mapping[str, Any] | None,
     pools: Iterable[str] = (),
     replicas: int | None = None,
+    *,
+    update: RolloutVerdict = UP_TO_DATE,
 ) -> InferenceServiceStatus:
-    """The status to write: a copy of the current one with every field we own set.
+    """The status to write: a copy of the current one with every field we own set; ``update``:
+    whether a change to the pod waits (the ``UpdatePending`` condition).
 
     ``lastTransitionTime`` of the ``Ready`` condition moves only when its status flips, so the
     result equals the current status whenever nothing changed.
@@ -249,7 +258,31 @@ def desired_status(
         decision.message,
         isvc.metadata.generation,
     )
+    set_condition(
+        status.conditions,
+        CONDITION_UPDATE_PENDING,
+        TRUE if update.pending else FALSE,
+        update.reason,
+        update.message,
+        isvc.metadata.generation,
+    )
     return status
+
+
+def update_transition(
+    current: InferenceServiceStatus, wanted: InferenceServiceStatus
+) -> tuple[str, str] | None:
+    """The Event (reason, note) of a change to the pod starting to wait, or going in after it
+    waited; None when ``UpdatePending`` keeps its status."""
+    before = find_condition(current.conditions, CONDITION_UPDATE_PENDING)
+    after = find_condition(wanted.conditions, CONDITION_UPDATE_PENDING)
+    was = before is not None and before.status == TRUE
+    now = after is not None and after.status == TRUE
+    if now and not was and after is not None:
+        return CONDITION_UPDATE_PENDING, f"{after.reason}: {after.message}"
+    if was and not now:
+        return EVENT_UPDATE_APPLIED, "the change to the pod waited for idle and goes in now"
+    return None
 
 
 def status_changed(current: InferenceServiceStatus, wanted: InferenceServiceStatus) -> bool:

@@ -45,6 +45,8 @@ class MemberState:
     weights_ready: bool = True
     #: ``status.model.summary`` (Downloading 42%, Failed: NotFound), to say what a swap waits for.
     weights: str | None = None
+    #: A change to its pod waits for this pool to drain it (``UpdatePending`` True).
+    update_pending: bool = False
 
     @property
     def ready(self) -> bool:

@@ -22,6 +22,13 @@ so every rule is unit-tested as a table (``tests/unit/test_modelpool_plan.py``):
     * **Weights first.** An owner whose weights are not ready (its ``ModelReady`` is not True:
       still downloading, or failed) makes the plan empty: nothing is drained for a member that
       could not start, and ``SlotAllocated`` says ``WaitingForWeights`` (a swap never downloads).
+    * **A change to a resident's pod** (its InferenceService's ``UpdatePending``, reason
+      ``WaitingForPool``: docs/inferenceservice.md, "Changing a serving member") is carried out by
+      the same drain: the resident (the owner, or one kept beside it) is probed and released like
+      any other member (``refresh``), and the owner is granted again only once its
+      InferenceService no longer reports the change pending (it went in with the Deployment at 0).
+      Admission to it is closed meanwhile by every router-proxy replica, which reads the same
+      condition (:meth:`~controlplane.router.activator.Activator.ready_url`).
     * **Owner up.** The owner is ``Granted`` only when every other member has *released* the slot:
       ``Released``, the release acknowledged by the member (``status.poolDecision``: see
       :mod:`~controlplane.controllers.modelpool.grant`), its Deployment (at least at the
@@ -122,6 +129,9 @@ class Plan:
     missing: tuple[str, ...] = ()
     #: The owner, when nothing is done because its weights are not ready yet.
     waiting_for_weights: str | None = None
+    #: Residents drained (in ``probe`` or ``release``) because a change to their pod waits for
+    #: the pool (their InferenceService's ``UpdatePending``).
+    refresh: tuple[str, ...] = ()
 
 
 def plan_actions(
@@ -147,19 +157,27 @@ def plan_actions(
     probe: list[str] = []
     release: list[str] = []
     holding: list[str] = []
+    refresh: list[str] = []
     for name, state in members.items():
         if name in staying:
-            continue
-        if not state.released:
-            holding.append(name)
-        if state.slot == SLOT_RELEASED:
-            continue
+            if not (state.update_pending and state.slot == SLOT_GRANTED):
+                continue
+            refresh.append(name)  # drained like any other, granted again once changed
+        else:
+            if not state.released:
+                holding.append(name)
+            if state.slot == SLOT_RELEASED:
+                continue
         (probe if state.serving or state.starting_urls else release).append(name)
     grant = None
-    if owner is not None and members[owner].slot != SLOT_GRANTED:
+    if (
+        owner is not None
+        and members[owner].slot != SLOT_GRANTED
+        and not members[owner].update_pending
+    ):
         room = not holding if budget is None else budget.fits(owner, [*holding, *keep])
         grant = owner if room else None
-    return Plan(tuple(probe), tuple(release), grant, tuple(holding))
+    return Plan(tuple(probe), tuple(release), grant, tuple(holding), refresh=tuple(refresh))
 
 
 def decided_slots(

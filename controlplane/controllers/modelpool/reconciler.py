@@ -74,7 +74,7 @@ from opentelemetry import trace
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelPoolStatus
 from controlplane.api.v1alpha1.activation import POOL_LABEL, pool_for_lease, pool_lease_name
 from controlplane.api.v1alpha1.demand import live_reports, pool_of_demand_lease
-from controlplane.api.v1alpha1.inferenceservice import RUNTIME_LLAMACPP
+from controlplane.api.v1alpha1.inferenceservice import RUNTIME_LLAMACPP, update_pending
 from controlplane.api.v1alpha1.modelpool import (
     DEFAULT_SWAP_BUDGET,
     PHASE_READY,
@@ -137,6 +137,8 @@ tracer = trace.get_tracer("controlplane.controllers.modelpool")
 
 CONTROLLER_NAME: Final = "modelpool"
 EVENT_REPORTER: Final = "modelpool-operator/modelpool"
+#: The Event of a resident drained because a change to its pod waits for the pool.
+EVENT_UPDATING_MEMBER: Final = "UpdatingMember"
 #: Probes per pool run concurrently; members are at most 32 (the API's bound).
 MAX_CONCURRENT_RECONCILES: Final = 4
 
@@ -211,6 +213,7 @@ class ModelPoolReconciler:
             deployment_drained=deployment_drained(deployment),
             weights_ready=weights_ready(isvc),
             weights=weights_summary(isvc),
+            update_pending=update_pending(isvc),
         )
 
     # -- tracing -----------------------------------------------------------------------------------
@@ -344,6 +347,10 @@ class ModelPoolReconciler:
             resident = newly_resident(previous, status)
             if resident is not None:
                 metrics.SWAPS_COMPLETED.labels(namespace, request.name, resident).inc()
+        for name in plan.refresh:
+            if name in release:
+                note = f"{name} drained to change its pod; it is granted again once changed"
+                self.recorder.event(obj, "Normal", EVENT_UPDATING_MEMBER, "Drain", note)
         if deferral is not None:
             log.info("%s: %s: %s", key, deferral.reason, deferral.message)
             self.recorder.event(obj, "Warning", deferral.reason, "Drain", deferral.message)
