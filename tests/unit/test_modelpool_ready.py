@@ -92,28 +92,41 @@ def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
 # -- the rules -----------------------------------------------------------------------------------
 
 
+NOT_FOUND = ("False", "MembersNotFound", "InferenceService(s) not found: ghost, phantom")
+HELD = (
+    "False",
+    "MemberInAnotherPool",
+    "member(s) listed by another pool first: a (held by pool p)",
+)
+
+
 @pytest.mark.parametrize(
-    ("missing_members", "deferral", "status", "reason"),
+    ("invalid", "deferral", "status", "reason"),
     [
-        ((), None, "True", "AcceptingRequests"),
+        (None, None, "True", "AcceptingRequests"),
         # a busy member is a drain that ends by itself: the pool is working
-        ((), ("PodsBusy", BUSY.message), "True", "AcceptingRequests"),
-        ((), ("IdleCheckFailed", BROKEN.message), "False", "IdleCheckFailed"),
-        (("ghost",), None, "False", "MembersNotFound"),
-        # a missing member comes first: the pool decides nothing at all
-        (("ghost",), ("IdleCheckFailed", BROKEN.message), "False", "MembersNotFound"),
+        (None, ("PodsBusy", BUSY.message), "True", "AcceptingRequests"),
+        (None, ("IdleCheckFailed", BROKEN.message), "False", "IdleCheckFailed"),
+        (NOT_FOUND, None, "False", "MembersNotFound"),
+        (HELD, None, "False", "MemberInAnotherPool"),
+        # an invalid member comes first: the pool decides nothing at all
+        (NOT_FOUND, ("IdleCheckFailed", BROKEN.message), "False", "MembersNotFound"),
     ],
 )
 def test_the_rules(
-    missing_members: tuple[str, ...], deferral: tuple[str, str] | None, status: str, reason: str
+    invalid: tuple[str, str, str] | None,
+    deferral: tuple[str, str] | None,
+    status: str,
+    reason: str,
 ) -> None:
-    decision = pool_ready(missing_members, deferral)
+    decision = pool_ready(invalid, deferral)
     assert (decision.status, decision.reason) == (status, reason)
 
 
 def test_the_messages_say_what_to_fix() -> None:
-    assert "ghost, phantom" in pool_ready(("ghost", "phantom"), None).message
-    broken = pool_ready((), (BROKEN.reason, BROKEN.message)).message
+    assert "ghost, phantom" in pool_ready(NOT_FOUND, None).message
+    assert "held by pool p" in pool_ready(HELD, None).message
+    broken = pool_ready(None, (BROKEN.reason, BROKEN.message)).message
     assert "/slots answered 500" in broken
     assert "cannot be handed over" in broken
 

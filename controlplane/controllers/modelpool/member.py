@@ -47,6 +47,9 @@ class MemberState:
     weights: str | None = None
     #: A change to its pod waits for this pool to drain it (``UpdatePending`` True).
     update_pending: bool = False
+    #: The other pool whose claim on it stands (:mod:`~controlplane.controllers.modelpool.claims`):
+    #: this pool neither grants nor drains it.
+    claimed_by: str | None = None
 
     @property
     def ready(self) -> bool:

@@ -108,6 +108,7 @@ MEMBER_UNKNOWN: Final = "Unknown"
 
 REASON_MEMBERS_FOUND: Final = "MembersFound"
 REASON_MEMBERS_NOT_FOUND: Final = "MembersNotFound"
+REASON_MEMBER_IN_ANOTHER_POOL: Final = "MemberInAnotherPool"
 REASON_RESIDENT_READY: Final = "ResidentReady"
 REASON_COLD: Final = "Cold"
 REASON_DRAINING: Final = "Draining"
@@ -132,6 +133,13 @@ class Plan:
     #: Residents drained (in ``probe`` or ``release``) because a change to their pod waits for
     #: the pool (their InferenceService's ``UpdatePending``).
     refresh: tuple[str, ...] = ()
+    #: Members whose claim another pool holds, with that pool: nothing is done, as for missing.
+    claimed: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def invalid(self) -> bool:
+        """A member is missing or claimed by another pool: the pool changes no slot."""
+        return bool(self.missing or self.claimed)
 
 
 def plan_actions(
@@ -143,8 +151,9 @@ def plan_actions(
     """The actions for this snapshot (rules in the module docstring). ``keep``: of a pool with a
     ``budget``, the residents that stay beside the owner (:func:`kept_residents`)."""
     missing = tuple(missing_members(members))
-    if missing:
-        return Plan(missing=missing)
+    claimed = tuple((n, m.claimed_by) for n, m in members.items() if m.claimed_by is not None)
+    if missing or claimed:
+        return Plan(missing=missing, claimed=claimed)
     staying = {owner, *keep}
     if (
         owner is not None
@@ -239,8 +248,8 @@ def _members_phase(
 def _slot_condition(view: PoolView) -> tuple[str, str, str]:
     """SlotAllocated: (status, reason, message)."""
     owner, plan, members = view.owner.name, view.plan, view.members
-    if plan.missing:
-        return FALSE, REASON_MEMBERS_NOT_FOUND, "members are missing; no replica is changed"
+    if plan.invalid:
+        return FALSE, members_valid(plan)[1], "members are invalid; no replica is changed"
     if owner is None:
         return FALSE, REASON_COLD, "no member is requested, resident or default: the pool is cold"
     if plan.waiting_for_weights is not None:
@@ -272,7 +281,7 @@ def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
     members, owner, plan = view.members, view.owner.name, view.plan
     previous = status.resident_member if status.resident_member in members else None
     slots = view.slots if view.slots is not None else {n: m.slot for n, m in members.items()}
-    if plan.missing:
+    if plan.invalid:
         # Nothing moves while the pool is Degraded: keep resident and pending as they were.
         resident = previous
         pending = status.pending_member if status.pending_member in members else None
@@ -292,7 +301,7 @@ def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
         status.budget = exclusive_budget(slots)
     else:
         before = status.resident_names
-        residents = before if plan.missing else shared_residents(before, owner, members, slots)
+        residents = before if plan.invalid else shared_residents(before, owner, members, slots)
         if resident not in residents:
             resident = residents[-1] if residents else None
         status.budget = budget_status(view.budget, members, slots)
@@ -304,11 +313,9 @@ def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
     status.waiting = [w for w in view.waiting if w.member not in residents]
     status.observed_generation = generation
 
-    if plan.missing:
-        valid = (FALSE, REASON_MEMBERS_NOT_FOUND,
-                 f"InferenceService(s) not found: {', '.join(plan.missing)}")  # fmt: skip
-    else:
-        valid = (TRUE, REASON_MEMBERS_FOUND, f"all {len(members)} member(s) exist")
+    valid = members_valid(plan) if plan.invalid else (
+        TRUE, REASON_MEMBERS_FOUND, f"all {len(members)} member(s) exist"
+    )  # fmt: skip
     set_condition(status.conditions, CONDITION_MEMBERS_VALID, *valid, generation, view.now)
     slot = _slot_condition(view)
     set_condition(status.conditions, CONDITION_SLOT_ALLOCATED, *slot, generation, view.now)
@@ -318,9 +325,21 @@ def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
         deferred = (FALSE, REASON_NOT_DEFERRED, "no drain is waiting on a member")
     set_condition(status.conditions, CONDITION_SWAP_DEFERRED, *deferred, generation, view.now)
     waits = (view.deferral.reason, view.deferral.message) if view.deferral is not None else None
-    ready = pool_ready(plan.missing, waits)
+    ready = pool_ready(members_valid(plan) if plan.invalid else None, waits)
     set_condition(status.conditions, CONDITION_READY, *ready.condition, generation, view.now)
     return status
+
+
+def members_valid(plan: Plan) -> tuple[str, str, str]:
+    """``MembersValid`` False of an invalid plan: the members not found first, else the members
+    another pool holds, each named with that pool."""
+    if plan.missing:
+        return (FALSE, REASON_MEMBERS_NOT_FOUND,
+                f"InferenceService(s) not found: {', '.join(plan.missing)}")  # fmt: skip
+    held = ", ".join(f"{member} (held by pool {other})" for member, other in plan.claimed)
+    return (FALSE, REASON_MEMBER_IN_ANOTHER_POOL,
+            f"member(s) listed by another pool first: {held}; this pool neither grants nor "
+            "drains them")  # fmt: skip
 
 
 def status_changed(current: ModelPoolStatus, wanted: ModelPoolStatus) -> bool:

@@ -12,8 +12,10 @@ do its job at all (docs/modelpool.md, "Ready").
 
 :func:`pool_ready`, first rule that holds:
 
-1. a member's InferenceService does not exist: False ``MembersNotFound``. The pool decides nothing
-   until it does (it is Degraded), so no request for any member could be served;
+1. a member's InferenceService does not exist: False ``MembersNotFound``; or another pool holds
+   a member's claim: False ``MemberInAnotherPool`` (:mod:`~controlplane.controllers.modelpool.
+   claims`). The pool decides nothing until then (it is Degraded), so no request for any member
+   could be served;
 2. the drain waits on an idle check that failed (``SwapDeferred`` ``IdleCheckFailed``): False
    ``IdleCheckFailed``. Without an answer from ``/slots`` the slot is never handed over, and it
    ends only when the member answers again or someone fixes it (a member started without
@@ -33,7 +35,6 @@ deferral), and its True message is constant: ``Ready`` changes only in a write t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -63,16 +64,15 @@ class ReadyDecision:
         return (self.status, self.reason, self.message)
 
 
-def pool_ready(missing: Sequence[str], deferral: tuple[str, str] | None) -> ReadyDecision:
-    """``Ready`` from the members not found and the drain's deferral (reason, message), by the
-    rules in the module docstring (first match wins)."""
-    if missing:
-        return ReadyDecision(
-            FALSE,
-            REASON_MEMBERS_NOT_FOUND,
-            f"InferenceService(s) not found: {', '.join(missing)}; the pool decides nothing "
-            "until they exist",
-        )
+def pool_ready(
+    invalid: tuple[str, str, str] | None, deferral: tuple[str, str] | None
+) -> ReadyDecision:
+    """``Ready`` from ``MembersValid`` when False (status, reason, message: a member not found,
+    or one another pool holds) and the drain's deferral (reason, message), by the rules in the
+    module docstring (first match wins)."""
+    if invalid is not None:
+        _, reason, message = invalid
+        return ReadyDecision(FALSE, reason, f"{message}; the pool decides nothing until then")
     if deferral is not None and deferral[0] == REASON_IDLE_CHECK_FAILED:
         return ReadyDecision(
             FALSE,

@@ -90,6 +90,7 @@ from controlplane.controllers.inferenceservice.desired import ISVC_LABEL
 from controlplane.controllers.inferenceservice.weights import WeightsPlacement
 from controlplane.controllers.inferenceservice.weightsstatus import weights_ready, weights_summary
 from controlplane.controllers.modelpool import metrics
+from controlplane.controllers.modelpool.claims import claimed_elsewhere
 from controlplane.controllers.modelpool.grant import acknowledged, lists_member
 from controlplane.controllers.modelpool.intent import LeaseObserver, Owner, choose_owner
 from controlplane.controllers.modelpool.member import MemberState
@@ -190,8 +191,9 @@ class ModelPoolReconciler:
             store.index_keys(NAMESPACE_INDEX, namespace)
         )
 
-    def member_state(self, pool: Object, name: str) -> MemberState:
-        """``name`` as the caches show it, with ``pool``'s last written decision about it."""
+    def member_state(self, pool: Object, name: str, claimed_by: str | None = None) -> MemberState:
+        """``name`` as the caches show it, with ``pool``'s last written decision about it;
+        ``claimed_by``, the other pool whose claim on it stands, if one does."""
         namespace = pool["metadata"].get("namespace") or ""
         isvc = self.inference_services.store.get(f"{namespace}/{name}")
         if isvc is None:
@@ -214,6 +216,7 @@ class ModelPoolReconciler:
             weights_ready=weights_ready(isvc),
             weights=weights_summary(isvc),
             update_pending=update_pending(isvc),
+            claimed_by=claimed_by,
         )
 
     # -- tracing -----------------------------------------------------------------------------------
@@ -262,7 +265,9 @@ class ModelPoolReconciler:
             return Result()
         namespace = request.namespace
         names = pool.spec.member_names()
-        members = {name: self.member_state(obj, name) for name in names}
+        rivals = self.pools.store.by_index(NAMESPACE_INDEX, namespace)
+        claims = claimed_elsewhere(obj, names, rivals)
+        members = {name: self.member_state(obj, name, claims.get(name)) for name in names}
         lease = self.leases.store.get(f"{namespace}/{pool_lease_name(request.name)}")
         intent = self.observer.intent(lease)
         owner = choose_owner(names, pool.spec.default, pool.status.resident_member, intent)
@@ -554,6 +559,23 @@ class ModelPoolReconciler:
             if lists_member(pool, member)
         ]
 
+    def map_rivals(self, obj: Object) -> Iterable[Request]:
+        """A pool to the other pools of its namespace that list one of its members: which claim
+        on a shared member stands changes with it (created, deciding, deleted)."""
+        meta = obj["metadata"]
+        namespace = meta.get("namespace") or ""
+        names = {
+            str(name)
+            for ref in (obj.get("spec") or {}).get("members") or ()
+            if (name := (ref.get("inferenceServiceRef") or {}).get("name"))
+        }
+        return [
+            Request(namespace, pool["metadata"]["name"])
+            for pool in self.pools.store.by_index(NAMESPACE_INDEX, namespace)
+            if pool["metadata"]["name"] != meta["name"]
+            and any(lists_member(pool, name) for name in names)
+        ]
+
     def map_member(self, obj: Object) -> Iterable[Request]:
         """An InferenceService or Deployment (same name) to the pools it is a member of; a slot
         server's Deployment to its pool."""
@@ -653,6 +675,7 @@ def setup_model_pool_controller(
             CONTROLLER_NAME, reconciler, max_concurrent_reconciles=MAX_CONCURRENT_RECONCILES
         )
         .for_(pools)
+        .watches(pools, reconciler.map_rivals)
         .watches(inference_services, reconciler.map_member)
         .watches(deployments, reconciler.map_member)
         .watches(pods, reconciler.map_labelled(ISVC_LABEL))

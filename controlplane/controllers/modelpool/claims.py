@@ -1,0 +1,57 @@
+"""One member, one pool: which pool's claim on a member stands when several list it.
+
+Two pools deciding about one Deployment would break the promise each makes (never two residents,
+the drain's idle gate): each grants and releases it on its own. So the claim of a member belongs
+to one pool, and every other pool that lists it is refused: ``MembersValid=False``, reason
+``MemberInAnotherPool``, naming the pool that holds it; a refused pool is Degraded and changes no
+slot, as for a missing member (docs/modelpool.md, "One member, one pool").
+
+Which claim stands, in order:
+
+1. a pool that has already decided about the member (``status.members[].slot`` written) over one
+   that has not: adding a member that another pool runs never takes it away from that pool;
+2. the pool created first (``metadata.creationTimestamp``);
+3. the pool whose name sorts first (two pools created in the same second).
+
+A pool being deleted claims nothing (deleting a pool hands its members back, as the grant says).
+
+Pure: the reconciler passes the namespace's pools from its cache; a pool's claim is judged the
+same way by every pool that lists the member, so they agree without writing anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from controlplane.api.v1alpha1.modelpool import member_slot
+from controlplane.controllers.modelpool.grant import lists_member
+
+
+def _claim_order(pool: Mapping[str, Any], member: str) -> tuple[int, str, str]:
+    meta = pool.get("metadata") or {}
+    decided = member_slot(pool, member) is not None
+    return (0 if decided else 1, str(meta.get("creationTimestamp") or ""), str(meta.get("name")))
+
+
+def claimed_elsewhere(
+    pool: Mapping[str, Any], members: Iterable[str], pools: Iterable[Mapping[str, Any]]
+) -> dict[str, str]:
+    """Of ``pool``'s ``members``, each one whose claim another of ``pools`` (the namespace's)
+    holds, with that pool's name."""
+    name = (pool.get("metadata") or {}).get("name")
+    others = [
+        p
+        for p in pools
+        if (p.get("metadata") or {}).get("name") != name
+        and not (p.get("metadata") or {}).get("deletionTimestamp")
+    ]
+    refused: dict[str, str] = {}
+    for member in members:
+        rivals = [p for p in others if lists_member(p, member)]
+        if not rivals:
+            continue
+        first = min([pool, *rivals], key=lambda p: _claim_order(p, member))
+        if first is not pool:
+            refused[member] = str(first["metadata"]["name"])
+    return refused
