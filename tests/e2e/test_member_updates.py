@@ -188,7 +188,7 @@ async def test_an_edit_of_a_busy_member_no_pool_lists_waits_for_its_stream_then_
     async with streaming(url, "model-solo") as (stream, ended):
         pending = await edit_args(admin, namespace, "solo")
         assert pending["reason"] == "WaitingForIdle", pending
-        assert "slots processing" in pending["message"], pending
+        assert "slot(s) processing" in pending["message"], pending
         assert not ended.is_set(), "the stream ended before the check: make it longer"
         assert await server_args(admin, namespace, "solo") == before, "applied while busy"
         assert await pod_names(admin, namespace, "solo") == old_pods
