@@ -123,8 +123,13 @@ async def test_isvc_serves_stops_and_comes_back(
     assert status["endpoint"] == f"http://{name}.{namespace}.svc:8080"
     assert status["observedGeneration"] == ready["metadata"]["generation"]
     conditions = {c["type"]: c for c in status["conditions"]}
-    assert set(conditions) == {"Ready", "ModelReady"}
+    assert set(conditions) == {"Ready", "ModelReady", "UpdatePending"}
     assert conditions["Ready"]["status"] == "True"
+    # Nothing about its pod waits (docs/inferenceservice.md, "Changing a serving member").
+    assert (conditions["UpdatePending"]["status"], conditions["UpdatePending"]["reason"]) == (
+        "False",
+        "UpToDate",
+    )
     # A model baked into the image is read where it is: ready without a fetch.
     assert (conditions["ModelReady"]["status"], conditions["ModelReady"]["reason"]) == (
         "True",

@@ -252,10 +252,12 @@ async def test_a_higher_priority_member_goes_first_and_a_lower_one_still_meets_i
     start_node(
         cluster, tmp_path, started, namespace=namespace, load_seconds=1.0, token_seconds=0.02
     )
-    scheduling = {"maxWait": "30s", "minResidency": "5s"}
+    # The floor must outlast the proxies' start (each counts it from its own first sight of a):
+    # 5 s did not on a loaded machine (b came after the floor and went first, with c not asked).
+    scheduling = {"maxWait": "30s", "minResidency": "15s"}
     await setup_pool(admin, namespace, ("a", "b", "c"), scheduling, priorities={"c": 10})
     proxies = await start_proxies(cluster, admin, namespace, tmp_path, started, 3)
-    settings = Settings(max_wait=30, min_residency=5)
+    settings = Settings(max_wait=30, min_residency=15)
     bound = wait_bound(settings, members=3, drain=2.0, swap=SWAP_ALLOWANCE)
     tenant = Tenant(proxies[0], "model-a")
     answers: dict[str, Answer] = {}
