@@ -22,6 +22,8 @@ from typing import Any, Final
 
 import msgspec
 
+from controlplane.runtime.objects import status_condition
+
 #: Label on everything the operator creates (informers of owned kinds may filter on it).
 #: The recommended labels on everything the controllers create.
 NAME_LABEL: Final = "app.kubernetes.io/name"
@@ -125,17 +127,9 @@ def foreign_child(
     return None
 
 
-def deployment_condition(deployment: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
-    """The Deployment's status condition of type ``type_``, if it reports one."""
-    for condition in (deployment.get("status") or {}).get("conditions") or ():
-        if condition.get("type") == type_:
-            return condition  # type: ignore[no-any-return]
-    return None
-
-
 def progress_deadline_exceeded(deployment: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The ``Progressing`` condition when it says the rollout's deadline passed, else None."""
-    progressing = deployment_condition(deployment, "Progressing")
+    progressing = status_condition(deployment, "Progressing")
     if (
         progressing is not None
         and progressing.get("status") == "False"

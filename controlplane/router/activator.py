@@ -74,7 +74,7 @@ from typing import Protocol
 import anyio
 from opentelemetry import trace
 
-from controlplane.api.v1alpha1.inferenceservice import PHASE_FAILED, PHASE_READY, update_pending
+from controlplane.api.v1alpha1.inferenceservice import PHASE_FAILED, PHASE_READY
 from controlplane.api.v1alpha1.modelpool import DEFAULT_SWAP_BUDGET, serves_from_slot_server
 from controlplane.clock import TimeSource
 from controlplane.router import metrics
@@ -298,16 +298,13 @@ class Activator:
 
     def ready_url(self, pool_name: str, member: str) -> str | None:
         """The member's URL if it is one of the pool's Ready residents with a ready endpoint and
-        admission to it is open (no live intent names another member, or, in a pool with a
-        budget, names it among those that leave; no change to its pod waits for the pool to
-        drain it: docs/inferenceservice.md, "Changing a serving member"), else None."""
+        admission to it is open
+        (:meth:`~controlplane.router.schedule.PoolSchedule.admission_closed`), else None."""
         if member not in self.schedule.residents(pool_name):
             return None
         self.schedule.residency(pool_name)
         if self.schedule.admission_closed(pool_name, member):
             return None
-        if update_pending(self.view.isvc(member)):
-            return None  # its pool drains it to change its pod: held for the new one
         if not self._serving(pool_name, member):
             return None
         urls = self.view.member_urls(member)

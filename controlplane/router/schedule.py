@@ -12,7 +12,7 @@ is tracked since when we have seen it resident, the turn goes by
 
 It also answers the one question the fast path asks of the schedule: is admission to a member
 closed (a live intent on the pool's Lease names another member; in a pool with a budget, and
-names this one among the residents that leave for it)?
+names this one among the residents that leave for it; or a change to its pod waits for the pool)?
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from controlplane.api.v1alpha1.inferenceservice import update_pending
 from controlplane.api.v1alpha1.modelpool import (
     DEFAULT_MAX_WAIT,
     DEFAULT_MIN_RESIDENCY,
@@ -53,6 +54,8 @@ class PoolCache(Protocol):
     def pool(self, name: str) -> ObjectView | None: ...
 
     def pool_leases(self, pool: str) -> list[ObjectView]: ...
+
+    def isvc(self, name: str) -> ObjectView | None: ...
 
 
 class PoolSchedule:
@@ -95,7 +98,11 @@ class PoolSchedule:
 
     def admission_closed(self, pool_name: str, member: str) -> bool:
         """The turn has passed from ``member``: a live intent on the pool's Lease names another
-        member and, in a pool with a budget, ``member`` among the residents that leave for it."""
+        member and, in a pool with a budget, ``member`` among the residents that leave for it; or
+        a change to its pod waits for the pool to drain it (its ``UpdatePending``: its requests
+        are held for the new pod, docs/inferenceservice.md, "Changing a serving member")."""
+        if update_pending(self.view.isvc(member)):
+            return True
         intent = self.leases.live_intent(pool_name, self.view.pool_leases(pool_name))
         if intent is None or intent.target == member:
             return False

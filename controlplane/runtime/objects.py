@@ -20,3 +20,11 @@ from typing import Any
 Object = dict[str, Any]
 #: A Kubernetes object as read-only code sees it.
 ObjectView = Mapping[str, Any]
+
+
+def status_condition(obj: ObjectView | None, type_: str) -> ObjectView | None:
+    """The object's ``status.conditions`` entry of type ``type_``, if it reports one."""
+    for condition in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if condition.get("type") == type_:
+            return condition  # type: ignore[no-any-return]
+    return None

@@ -21,7 +21,7 @@ from controlplane.controllers.inferenceservice.rollout import (
     rollout_gate,
     running_fetch_image,
 )
-from controlplane.controllers.inferenceservice.weights import FETCH_CONTAINER, WeightsPlacement
+from controlplane.controllers.inferenceservice.weights import WeightsPlacement
 from controlplane.probes.idle import IdleOutcome, IdleReport
 
 IDLE = IdleReport(IdleOutcome.IDLE, "1 slot, none processing", answered=True)
@@ -121,15 +121,15 @@ def fetched(fetch_image: str, replicas: int = 1) -> dict[str, Any]:
 
 def test_a_running_member_keeps_the_fetcher_image_it_started_with() -> None:
     running = fetched("operator:v1")
-    assert running_fetch_image(running, 1, FETCH_CONTAINER) == "operator:v1"
+    assert running_fetch_image(running, 1) == "operator:v1"
     # The operator upgraded: the member's pod would be the same but for the fetcher's image.
     upgraded = fetched("operator:v2")
     assert pod_change(running, upgraded)
-    assert not pod_change(running, fetched(running_fetch_image(running, 1, FETCH_CONTAINER) or ""))
+    assert not pod_change(running, fetched(running_fetch_image(running, 1) or ""))
     # Without a pod the current image is taken; a member with no fetcher has none to keep.
-    assert running_fetch_image(running, 0, FETCH_CONTAINER) is None
-    assert running_fetch_image(desired_deployment(member(), 1), 1, FETCH_CONTAINER) is None
-    assert running_fetch_image(None, 1, FETCH_CONTAINER) is None
+    assert running_fetch_image(running, 0) is None
+    assert running_fetch_image(desired_deployment(member(), 1), 1) is None
+    assert running_fetch_image(None, 1) is None
 
 
 def test_update_pending_reads_the_condition_as_the_watch_delivers_it() -> None:

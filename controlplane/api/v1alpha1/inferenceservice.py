@@ -44,7 +44,7 @@ from controlplane.api.v1alpha1.modelsource import (
     parse_source,
 )
 from controlplane.api.v1alpha1.podtemplate import PodTemplateFields, subdomain_field
-from controlplane.runtime.objects import ObjectView
+from controlplane.runtime.objects import ObjectView, status_condition
 
 DEFAULT_IMAGE: Final = "ghcr.io/ggml-org/llama.cpp:server"
 DEFAULT_PORT: Final = 8080
@@ -419,7 +419,5 @@ class InferenceService(CustomObject):
 def update_pending(isvc: ObjectView | None) -> bool:
     """A change to the member's pod waits (``UpdatePending`` True), read from the object as the
     watch delivers it: its pool drains it, and every router-proxy replica holds its requests."""
-    conditions = ((isvc or {}).get("status") or {}).get("conditions") or ()
-    return any(
-        c.get("type") == CONDITION_UPDATE_PENDING and c.get("status") == "True" for c in conditions
-    )
+    condition = status_condition(isvc, CONDITION_UPDATE_PENDING)
+    return condition is not None and condition.get("status") == "True"

@@ -128,7 +128,6 @@ from controlplane.controllers.inferenceservice.status import (
     update_transition,
 )
 from controlplane.controllers.inferenceservice.weights import (
-    FETCH_CONTAINER,
     MODEL_OF_LABEL,
     WeightsPlacement,
 )
@@ -141,6 +140,7 @@ from controlplane.controllers.inferenceservice.weightsstatus import (
 from controlplane.controllers.modelpool.grant import (
     decision_seen,
     deployment_replicas,
+    listed_members,
     member_slots,
     slot_server_pool,
     withheld_by,
@@ -287,24 +287,26 @@ class InferenceServiceReconciler:
             except NotFound:
                 return Result()  # deleted meanwhile
         isvc = InferenceService.from_dict(replicas.obj)
+        pods = self._pod_count(isvc)
         if conflict is None:
             # Before the Deployment: a member's pod never starts open to the whole cluster.
             served = replicas.slot_server
             selector = member_service_selector(served["metadata"]["name"]) if served else None
             await self._apply_network_policy(key, isvc, policy, selector)
-            pods = self._pod_count(isvc)
-            if (running := running_fetch_image(deployment, pods, FETCH_CONTAINER)) is not None:
+            if (running := running_fetch_image(deployment, pods)) is not None:
                 placement = replace(placement, fetch_image=running)
             wanted = desired_deployment(
                 isvc, replicas.count, placement=placement, node=verdict.status.node
             )
             if _deployment_replicas(deployment) == 0:
                 self._lowered.discard(key)  # the cache has caught up with our last lowering
-            if needs_apply(deployment, wanted):
+            write = needs_apply(deployment, wanted)
+            if write:
                 rollout = await self._rollout_gate(isvc, deployment, wanted, replicas, pods)
-                if rollout.pending:
-                    requeue = _sooner(requeue, None if replicas.pools else UPDATE_RECHECK_SECONDS)
-            if needs_apply(deployment, wanted) and not rollout.pending:
+                write = not rollout.pending
+                if rollout.pending and not replicas.pools:
+                    requeue = _sooner(requeue, UPDATE_RECHECK_SECONDS)  # /slots has no watch
+            if write:
                 lowering = replicas.count < _deployment_replicas(deployment)
                 raising = replicas.count > _deployment_replicas(deployment)
                 if lowering and key not in self._lowered:
@@ -341,7 +343,7 @@ class InferenceServiceReconciler:
                 log.info("%s: applied Service", key)
             isvc, restore_requeue = await self._restore_kv_cache(key, isvc)
             requeue = _sooner(requeue, restore_requeue)
-        decision = compute_phase(replicas.count, deployment, self._pod_count(isvc), conflict)
+        decision = compute_phase(replicas.count, deployment, pods, conflict)
         decision = served_phase(decision, replicas.slot_server, isvc.name)
         decision = explain_hold(decision, replicas.hold)
         if replicas.hold.settling:
@@ -729,12 +731,8 @@ def _deployment_replicas(deployment: Mapping[str, Any] | None) -> int:
 def _pool_to_members(pool: Mapping[str, Any]) -> Iterable[Request]:
     """A pool to every InferenceService it lists: joining or leaving a pool, or the pool swapping
     to a member, changes whether a member may be raised and what its status says."""
-    meta = pool["metadata"]
-    refs = (pool.get("spec") or {}).get("members") or ()
-    names = {
-        str(name) for ref in refs if (name := (ref.get("inferenceServiceRef") or {}).get("name"))
-    }
-    return tuple(Request(meta.get("namespace") or "", name) for name in sorted(names))
+    namespace = pool["metadata"].get("namespace") or ""
+    return tuple(Request(namespace, name) for name in sorted(set(listed_members(pool))))
 
 
 def _pods_to_owner(pod: Mapping[str, Any]) -> Iterable[Request]:

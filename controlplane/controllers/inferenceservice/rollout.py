@@ -39,6 +39,7 @@ from typing import Any, Final
 import msgspec
 
 from controlplane.controllers.children import covers
+from controlplane.controllers.inferenceservice.weights import FETCH_CONTAINER
 from controlplane.probes.idle import IdleOutcome, IdleReport
 
 #: The hash of the pod template a Deployment was last written with (its metadata).
@@ -143,15 +144,13 @@ def rollout_gate(
     return UP_TO_DATE
 
 
-def running_fetch_image(
-    deployment: Mapping[str, Any] | None, pods: int, container: str
-) -> str | None:
-    """The image of the fetcher init container ``container`` that the member's running pod was
-    made with, while it has a pod; None when it has none (it takes the operator's current one)."""
+def running_fetch_image(deployment: Mapping[str, Any] | None, pods: int) -> str | None:
+    """The image of the fetcher init container that the member's running pod was made with, while
+    it has a pod; None when it has none (it takes the operator's current one)."""
     if deployment is None or pods == 0:
         return None
     spec = _template(deployment).get("spec") or {}
     for init in spec.get("initContainers") or ():
-        if init.get("name") == container and init.get("image"):
+        if init.get("name") == FETCH_CONTAINER and init.get("image"):
             return str(init["image"])
     return None

@@ -13,7 +13,8 @@ Which claim stands, in order:
 2. the pool created first (``metadata.creationTimestamp``);
 3. the pool whose name sorts first (two pools created in the same second).
 
-A pool being deleted claims nothing (deleting a pool hands its members back, as the grant says).
+A pool being deleted claims nothing (:func:`~controlplane.controllers.modelpool.grant.
+listing_pools`: deleting a pool hands its members back).
 
 Pure: the reconciler passes the namespace's pools from its cache; a pool's claim is judged the
 same way by every pool that lists the member, so they agree without writing anything.
@@ -25,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from controlplane.api.v1alpha1.modelpool import member_slot
-from controlplane.controllers.modelpool.grant import lists_member
+from controlplane.controllers.modelpool.grant import listing_pools
 
 
 def _claim_order(pool: Mapping[str, Any], member: str) -> tuple[int, str, str]:
@@ -39,16 +40,11 @@ def claimed_elsewhere(
 ) -> dict[str, str]:
     """Of ``pool``'s ``members``, each one whose claim another of ``pools`` (the namespace's)
     holds, with that pool's name."""
-    name = (pool.get("metadata") or {}).get("name")
-    others = [
-        p
-        for p in pools
-        if (p.get("metadata") or {}).get("name") != name
-        and not (p.get("metadata") or {}).get("deletionTimestamp")
-    ]
+    name = pool["metadata"]["name"]
+    pools = list(pools)
     refused: dict[str, str] = {}
     for member in members:
-        rivals = [p for p in others if lists_member(p, member)]
+        rivals = [p for p in listing_pools(pools, member) if p["metadata"]["name"] != name]
         if not rivals:
             continue
         first = min([pool, *rivals], key=lambda p: _claim_order(p, member))

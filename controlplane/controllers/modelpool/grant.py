@@ -48,9 +48,16 @@ from controlplane.api.v1alpha1.modelpool import (
 from controlplane.runtime.objects import ObjectView
 
 
-def lists_member(pool: ObjectView, member: str) -> bool:
+def listed_members(pool: ObjectView) -> list[str]:
+    """The names of the InferenceServices ``pool`` lists, read from the object as cached."""
     refs = (pool.get("spec") or {}).get("members") or ()
-    return any((ref.get("inferenceServiceRef") or {}).get("name") == member for ref in refs)
+    return [
+        str(name) for ref in refs if (name := (ref.get("inferenceServiceRef") or {}).get("name"))
+    ]
+
+
+def lists_member(pool: ObjectView, member: str) -> bool:
+    return member in listed_members(pool)
 
 
 def listing_pools(pools: Iterable[ObjectView], member: str) -> list[ObjectView]:

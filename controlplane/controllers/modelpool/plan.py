@@ -28,7 +28,7 @@ so every rule is unit-tested as a table (``tests/unit/test_modelpool_plan.py``):
       any other member (``refresh``), and the owner is granted again only once its
       InferenceService no longer reports the change pending (it went in with the Deployment at 0).
       Admission to it is closed meanwhile by every router-proxy replica, which reads the same
-      condition (:meth:`~controlplane.router.activator.Activator.ready_url`).
+      condition (:meth:`~controlplane.router.schedule.PoolSchedule.admission_closed`).
     * **Owner up.** The owner is ``Granted`` only when every other member has *released* the slot:
       ``Released``, the release acknowledged by the member (``status.poolDecision``: see
       :mod:`~controlplane.controllers.modelpool.grant`), its Deployment (at least at the
@@ -313,9 +313,8 @@ def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
     status.waiting = [w for w in view.waiting if w.member not in residents]
     status.observed_generation = generation
 
-    valid = members_valid(plan) if plan.invalid else (
-        TRUE, REASON_MEMBERS_FOUND, f"all {len(members)} member(s) exist"
-    )  # fmt: skip
+    invalid = members_valid(plan) if plan.invalid else None
+    valid = invalid or (TRUE, REASON_MEMBERS_FOUND, f"all {len(members)} member(s) exist")
     set_condition(status.conditions, CONDITION_MEMBERS_VALID, *valid, generation, view.now)
     slot = _slot_condition(view)
     set_condition(status.conditions, CONDITION_SLOT_ALLOCATED, *slot, generation, view.now)
@@ -325,7 +324,7 @@ def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
         deferred = (FALSE, REASON_NOT_DEFERRED, "no drain is waiting on a member")
     set_condition(status.conditions, CONDITION_SWAP_DEFERRED, *deferred, generation, view.now)
     waits = (view.deferral.reason, view.deferral.message) if view.deferral is not None else None
-    ready = pool_ready(members_valid(plan) if plan.invalid else None, waits)
+    ready = pool_ready(invalid, waits)
     set_condition(status.conditions, CONDITION_READY, *ready.condition, generation, view.now)
     return status
 

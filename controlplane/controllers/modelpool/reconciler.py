@@ -91,7 +91,7 @@ from controlplane.controllers.inferenceservice.weights import WeightsPlacement
 from controlplane.controllers.inferenceservice.weightsstatus import weights_ready, weights_summary
 from controlplane.controllers.modelpool import metrics
 from controlplane.controllers.modelpool.claims import claimed_elsewhere
-from controlplane.controllers.modelpool.grant import acknowledged, lists_member
+from controlplane.controllers.modelpool.grant import acknowledged, listed_members, lists_member
 from controlplane.controllers.modelpool.intent import LeaseObserver, Owner, choose_owner
 from controlplane.controllers.modelpool.member import MemberState
 from controlplane.controllers.modelpool.phases import PhaseSpan, SwapPhases
@@ -564,16 +564,11 @@ class ModelPoolReconciler:
         on a shared member stands changes with it (created, deciding, deleted)."""
         meta = obj["metadata"]
         namespace = meta.get("namespace") or ""
-        names = {
-            str(name)
-            for ref in (obj.get("spec") or {}).get("members") or ()
-            if (name := (ref.get("inferenceServiceRef") or {}).get("name"))
-        }
+        names = set(listed_members(obj))
         return [
             Request(namespace, pool["metadata"]["name"])
             for pool in self.pools.store.by_index(NAMESPACE_INDEX, namespace)
-            if pool["metadata"]["name"] != meta["name"]
-            and any(lists_member(pool, name) for name in names)
+            if pool["metadata"]["name"] != meta["name"] and names.intersection(listed_members(pool))
         ]
 
     def map_member(self, obj: Object) -> Iterable[Request]:

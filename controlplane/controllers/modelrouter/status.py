@@ -57,11 +57,11 @@ from controlplane.controllers.children import (
     REASON_DEPLOYMENT_CREATING,
     REASON_DEPLOYMENT_NOT_OBSERVED,
     REASON_NOT_OWNED,
-    deployment_condition,
     progress_deadline_exceeded,
 )
 from controlplane.controllers.modelrouter.desired import endpoint
 from controlplane.runtime.errors import Forbidden
+from controlplane.runtime.objects import status_condition
 
 REASON_PROGRESS_DEADLINE: Final = PROGRESS_DEADLINE_EXCEEDED
 REASON_PROXY_AVAILABLE: Final = "ProxyAvailable"
@@ -185,7 +185,7 @@ def compute_phase(
     available = int(status.get("availableReplicas") or 0)
     wanted = int((deployment.get("spec") or {}).get("replicas") or 0)
     counts = f"{available} of {wanted} proxy replica(s) available"
-    condition = deployment_condition(deployment, "Available")
+    condition = status_condition(deployment, "Available")
     if condition is not None and condition.get("status") == TRUE:
         phase = PHASE_READY if backends.status == TRUE else PHASE_DEGRADED
         return PhaseDecision(phase, ConditionDecision(TRUE, REASON_PROXY_AVAILABLE, counts))
