@@ -17,8 +17,8 @@ READ = ("get", "list", "watch")
 WRITE = ("create", "update", "patch", "delete")
 STATUS = ("get", "update", "patch")
 
-#: InferenceService controller: owns a Deployment, a Service and a NetworkPolicy per
-#: InferenceService.
+#: InferenceService controller: owns a Deployment, a Service, a NetworkPolicy and a
+#: PodDisruptionBudget per InferenceService.
 INFERENCE_SERVICE_RULES = (
     # Read, never written: its decisions go to its status and its children.
     PolicyRule((GROUP,), ("inferenceservices",), READ),
@@ -26,8 +26,9 @@ INFERENCE_SERVICE_RULES = (
     PolicyRule((GROUP,), ("inferenceservices/finalizers",), ("update",)),
     PolicyRule(("apps",), ("deployments",), (*READ, *WRITE)),
     PolicyRule(("",), ("services",), (*READ, *WRITE)),
-    # Its pods are watched (never written) to know when the last one is gone: Stopped.
-    PolicyRule(("",), ("pods",), READ),
+    # Its pods are watched to know when the last one is gone (Stopped), and one on a cordoned
+    # node is deleted once its /slots say idle (disruption.py: a drain waits for idle).
+    PolicyRule(("",), ("pods",), (*READ, "delete")),
     # The KV cache's readiness gate: one condition patched on a pod's status once it is restored.
     PolicyRule(("",), ("pods/status",), ("patch",)),
     # Where a pod's server answers before it is Ready (to restore its KV cache), and to save it.
@@ -43,6 +44,8 @@ INFERENCE_SERVICE_RULES = (
     # Each member's NetworkPolicy: only router-proxies and the operator reach its port
     # (controllers/inferenceservice/network.py); deleted when the flag turns them off.
     PolicyRule(("networking.k8s.io",), ("networkpolicies",), (*READ, *WRITE)),
+    # Each member's PodDisruptionBudget: evictions wait while it may serve (disruption.py).
+    PolicyRule(("policy",), ("poddisruptionbudgets",), (*READ, *WRITE)),
 )
 
 #: ModelPool controller: decides in its status (the grant), watches its members, their pods and

@@ -32,13 +32,15 @@ APISERVER_START_TIMEOUT = 90.0
 CONTROLLER_MANAGER_START_TIMEOUT = 60.0
 #: The controllers that make namespaces, ownerReferences, ServiceAccounts and aggregated roles work,
 #: and Jobs (the operator's model prefetch): the job-controller makes a Job's pods and reads their
-#: ends; the node stand-in (``controlplane sim-node``) binds and runs them.
+#: ends; the node stand-in (``controlplane sim-node``) binds and runs them. And the disruption
+#: controller, which keeps each PodDisruptionBudget's status (what the Eviction API checks).
 CONTROLLER_MANAGER_CONTROLLERS = (
     "namespace-controller",
     "garbage-collector-controller",
     "serviceaccount-controller",
     "clusterrole-aggregation-controller",
     "job-controller",
+    "disruption-controller",
 )
 ADMIN_USER = "admin"
 ADMIN_GROUPS = ("system:masters",)

@@ -28,3 +28,9 @@ def status_condition(obj: ObjectView | None, type_: str) -> ObjectView | None:
         if condition.get("type") == type_:
             return condition  # type: ignore[no-any-return]
     return None
+
+
+def node_cordoned(node: ObjectView | None) -> bool:
+    """Whether new pods may no longer be scheduled to ``node`` (``kubectl cordon``, and the first
+    step of ``kubectl drain``): its ``spec.unschedulable``."""
+    return bool(node and (node.get("spec") or {}).get("unschedulable"))

@@ -49,7 +49,9 @@ and EndpointSlice watches):
   Deployment is left, Terminating ones included: two servers of one model never overlap on the
   GPU. Router-proxies: ``spec.replicas`` pods, a new one created while fewer live pods exist
   (Terminating ones not counted). Pods are owned by the Deployment itself (``controller:
-  true``), not by a ReplicaSet, and are created bound to the node.
+  true``), not by a ReplicaSet, and are created bound to the node. While the node is cordoned
+  (``spec.unschedulable``: ``kubectl cordon``, a drain's first step) no new pod is created at
+  all, where a scheduler would leave it Pending; pods already there keep running.
 * **kubelet**, for pods bound to :data:`NODE_NAME` (:mod:`controlplane.standin.runner` steps them).
   First the pod's **volumes** (:mod:`controlplane.standin.volumes`): a hostPath ``/P`` is the
   folder ``host_root/P`` of the node's disk (:attr:`NodeSettings.host_root`, ``LOG_DIR/hostpath``;
@@ -137,8 +139,8 @@ from controlplane.runtime.endpoints import LOOPBACK
 from controlplane.runtime.errors import Conflict, NotFound
 from controlplane.runtime.informer import Informer
 from controlplane.runtime.manager import Manager
-from controlplane.runtime.objects import Object
-from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, PODS, SERVICES
+from controlplane.runtime.objects import Object, node_cordoned
+from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, NODES, PODS, SERVICES
 from controlplane.standin.builders import (
     MANAGED_SELECTOR,
     NODE_NAME,
@@ -212,6 +214,9 @@ class NodeStandIn:
         controller.for_(self.deployments).owns(self.pods)
         controller.watches(self.services, self._service_to_deployments)
         controller.watches(self.slices, self._slice_to_deployments)
+        #: The node: while it is cordoned no new pod is placed on it (the scheduler's part).
+        self.nodes: Informer = manager.informer(NODES)
+        controller.watches(self.nodes, self._node_to_deployments)
         manager.add(self)
         #: The pods of other owners (a Job's): a controller of their own, on the same informer.
         self.jobs = JobPods(manager, settings, self.pods)
@@ -251,6 +256,12 @@ class NodeStandIn:
         service = self.services.store.get(f"{meta.get('namespace')}/{service_name}")
         return list(self._deployments_selected_by(service)) if service else []
 
+    def _node_to_deployments(self, node: Object) -> Iterable[Request]:
+        if node["metadata"]["name"] != NODE_NAME:
+            return []
+        return [Request(d["metadata"]["namespace"], d["metadata"]["name"])
+                for d in self.deployments.store.objects()]  # fmt: skip
+
     # -- reconcile -----------------------------------------------------------------------------
 
     async def reconcile(self, request: Request) -> Result:
@@ -286,7 +297,10 @@ class NodeStandIn:
             if (deleted := await self._delete_pod(pod)) is not None and is_terminating(deleted):
                 marked.append(deleted)
         live = [pod for pod in keep if pod not in doomed]
-        if role.one_gpu:
+        if node_cordoned(self.nodes.store.get(NODE_NAME)):
+            if desired > len(live):
+                log.info("%s: no new pod: node %s is cordoned", key, NODE_NAME)
+        elif role.one_gpu:
             if desired and not live and not pods:  # Recreate: nothing of the old one is left
                 live = [await self._create_pod(deployment, hash_)]
         else:

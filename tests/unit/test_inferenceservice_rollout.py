@@ -108,6 +108,38 @@ def test_the_gate(
     assert verdict.pending is (gate is not Gate.APPLY)
 
 
+@pytest.mark.parametrize(
+    ("facts", "reports", "gate", "reason"),
+    [
+        # A pod on a cordoned node (a drain) waits as a pod change does: its pool drains it ...
+        ({"pods": 1, "wanted_replicas": 1, "pooled": True}, None,
+         Gate.WAIT, REASON_WAITING_FOR_POOL),
+        # ... or its own /slots decide: asked first, busy waits, a failed check proves nothing.
+        ({"pods": 1, "wanted_replicas": 1, "pooled": False}, None,
+         Gate.PROBE, REASON_WAITING_FOR_IDLE),
+        ({"pods": 1, "wanted_replicas": 1, "pooled": False}, [("http://a:1", BUSY)],
+         Gate.WAIT, REASON_WAITING_FOR_IDLE),
+        ({"pods": 1, "wanted_replicas": 1, "pooled": False}, [("http://a:1", FAILED)],
+         Gate.WAIT, REASON_IDLE_CHECK_FAILED),
+        ({"pods": 1, "wanted_replicas": 1, "pooled": False}, [("http://a:1", IDLE)],
+         Gate.APPLY, REASON_UP_TO_DATE),
+        # Lowered to 0 anyway (a pool's release, past its gate): the pod goes with it.
+        ({"pods": 1, "wanted_replicas": 0, "pooled": True}, None,
+         Gate.APPLY, REASON_UP_TO_DATE),
+    ],
+)  # fmt: skip
+def test_a_pod_on_a_cordoned_node_leaves_only_through_the_idle_gate(
+    facts: dict[str, Any],
+    reports: list[tuple[str, IdleReport]] | None,
+    gate: Gate,
+    reason: str,
+) -> None:
+    verdict = rollout_gate(changes_pod=False, leaving="gpu-1", **facts, reports=reports)
+    assert (verdict.gate, verdict.reason) == (gate, reason)
+    if verdict.pending:
+        assert "leaves node gpu-1" in verdict.message
+
+
 def test_a_busy_verdict_names_the_endpoint_and_what_it_said() -> None:
     verdict = rollout_gate(changes_pod=True, pods=1, wanted_replicas=1, pooled=False,
                            reports=[("http://a:1", BUSY)])  # fmt: skip

@@ -68,7 +68,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -97,6 +97,11 @@ from controlplane.controllers.inferenceservice.desired import (
     desired_deployment,
     desired_service,
     owner_reference,
+)
+from controlplane.controllers.inferenceservice.disruption import (
+    desired_disruption_budget,
+    leaving_node,
+    pods_leaving,
 )
 from controlplane.controllers.inferenceservice.fetching import WeightsFetcher
 from controlplane.controllers.inferenceservice.kvcache import RestoreStep
@@ -163,6 +168,7 @@ from controlplane.runtime.resources import (
     JOBS,
     NETWORK_POLICIES,
     NODES,
+    POD_DISRUPTION_BUDGETS,
     PODS,
     SERVICES,
 )
@@ -225,6 +231,8 @@ class InferenceServiceReconciler:
         network_policies: Informer | None = None,
         network: MemberNetworkPolicy | None = None,
         idle_probe: IdleProbe | None = None,
+        disruption_budgets: Informer | None = None,
+        nodes: Informer | None = None,
         clock: TimeSource = time.monotonic,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
@@ -241,6 +249,10 @@ class InferenceServiceReconciler:
         self.slot_cache = slot_cache or SlotCacheClient()
         #: Asks a member no pool lists whether a change to its pod may go in (``/slots``).
         self.idle_probe: IdleProbe = idle_probe or SlotsProbe()
+        #: None (unit tests of other rules): no PodDisruptionBudget is read or written, and no
+        #: node is known cordoned (docs/inferenceservice.md, "Node drains").
+        self.disruption_budgets = disruption_budgets
+        self.nodes = nodes
         #: None (unit tests of other rules): no NetworkPolicy is read or written.
         self.network_policies = network_policies
         self.network = network or MemberNetworkPolicy()
@@ -273,10 +285,16 @@ class InferenceServiceReconciler:
         deployment = self.deployments.store.get(key)
         service = self.services.store.get(key)
         policy = self._cached_policy(key)
+        budget = self.disruption_budgets.store.get(key) if self.disruption_budgets else None
         conflict = foreign_child(
             "InferenceService",
             obj["metadata"].get("uid"),
-            (("Deployment", deployment), ("Service", service), ("NetworkPolicy", policy)),
+            (
+                ("Deployment", deployment),
+                ("Service", service),
+                ("NetworkPolicy", policy),
+                ("PodDisruptionBudget", budget),
+            ),
         )
         verdict, placement, requeue = await self._weights(obj)
         rollout = UP_TO_DATE
@@ -293,6 +311,13 @@ class InferenceServiceReconciler:
             served = replicas.slot_server
             selector = member_service_selector(served["metadata"]["name"]) if served else None
             await self._apply_network_policy(key, isvc, policy, selector)
+            if self.disruption_budgets is not None:
+                # Before the Deployment too: no eviction reaches a pod that may serve.
+                wanted_budget = desired_disruption_budget(isvc)
+                if needs_apply(budget, wanted_budget):
+                    await self.client.apply(POD_DISRUPTION_BUDGETS, wanted_budget,
+                                            field_manager=FIELD_MANAGER, force=True)  # fmt: skip
+                    log.info("%s: applied PodDisruptionBudget", key)
             if (running := running_fetch_image(deployment, pods)) is not None:
                 placement = replace(placement, fetch_image=running)
             wanted = desired_deployment(
@@ -301,11 +326,15 @@ class InferenceServiceReconciler:
             if _deployment_replicas(deployment) == 0:
                 self._lowered.discard(key)  # the cache has caught up with our last lowering
             write = needs_apply(deployment, wanted)
-            if write:
-                rollout = await self._rollout_gate(isvc, deployment, wanted, replicas, pods)
-                write = not rollout.pending
+            leaving = self._pods_leaving(isvc)
+            if write or leaving:
+                changes_pod = write and pod_change(deployment, wanted)
+                rollout = await self._rollout_gate(isvc, changes_pod, leaving, replicas, pods)
+                write = write and not rollout.pending
                 if rollout.pending and not replicas.pools:
                     requeue = _sooner(requeue, UPDATE_RECHECK_SECONDS)  # /slots has no watch
+                elif leaving and not rollout.pending and replicas.count > 0:
+                    await self._move_off(key, leaving)
             if write:
                 lowering = replicas.count < _deployment_replicas(deployment)
                 raising = replicas.count > _deployment_replicas(deployment)
@@ -386,19 +415,21 @@ class InferenceServiceReconciler:
     async def _rollout_gate(
         self,
         isvc: InferenceService,
-        deployment: Mapping[str, Any] | None,
-        wanted: Mapping[str, Any],
+        changes_pod: bool,
+        leaving: Sequence[Mapping[str, Any]],
         replicas: Replicas,
         pods: int,
     ) -> RolloutVerdict:
-        """Whether ``wanted`` may be written now, asking the ready endpoints' ``/slots`` when the
-        rules need it (:mod:`~controlplane.controllers.inferenceservice.rollout`)."""
+        """Whether the wanted Deployment may be written and the pods on a cordoned node deleted
+        now, asking the ready endpoints' ``/slots`` when the rules need it
+        (:mod:`~controlplane.controllers.inferenceservice.rollout`)."""
         gate = functools.partial(
             rollout_gate,
-            changes_pod=pod_change(deployment, wanted),
+            changes_pod=changes_pod,
             pods=pods,
             wanted_replicas=replicas.count,
             pooled=bool(replicas.pools),
+            leaving=leaving_node(leaving),
         )
         verdict = gate()
         if verdict.gate is not Gate.PROBE:
@@ -552,6 +583,23 @@ class InferenceServiceReconciler:
             seen = (uid, now)
             self._first_seen[key] = seen
         return max(0.0, seen[1] + UNLISTED_SETTLE_SECONDS - now)
+
+    def _pods_leaving(self, isvc: InferenceService) -> list[Mapping[str, Any]]:
+        """The member's live pods on a cordoned node (none when nodes are not watched)."""
+        if self.nodes is None:
+            return []
+        return pods_leaving(self._pods(isvc), self.nodes.store.get)
+
+    async def _move_off(self, key: str, leaving: Sequence[Mapping[str, Any]]) -> None:
+        """Delete the pods a drain waits for, once the idle gate has opened (on their uid: a pod
+        replaced meanwhile is not this decision's). The Deployment makes the next one, which is
+        scheduled off the cordoned node."""
+        for pod in leaving:
+            meta = pod["metadata"]
+            with contextlib.suppress(NotFound, Conflict):
+                await self.client.delete(PODS, meta["name"], meta["namespace"], uid=meta["uid"])
+            log.info("%s: deleted pod %s, idle, off cordoned node %s", key, meta["name"],
+                     pod["spec"]["nodeName"])  # fmt: skip
 
     def _pod_keys(self, isvc: InferenceService) -> set[str]:
         label = f"{ISVC_LABEL}={isvc.name}"
@@ -754,14 +802,24 @@ def _job_pods_to_owner(pod: Mapping[str, Any]) -> Iterable[Request]:
     return (Request(meta.get("namespace") or "", name),) if name else ()
 
 
-def _pinned_to(inference_services: Informer, node: Mapping[str, Any]) -> Iterable[Request]:
-    """The InferenceServices whose weights are cached on ``node`` (it left, or came back)."""
+def _on_node(
+    inference_services: Informer, pods: Informer, node: Mapping[str, Any]
+) -> Iterable[Request]:
+    """The InferenceServices whose weights are cached on ``node`` (it left, or came back) or
+    whose pods run there (it was cordoned for a drain, or uncordoned)."""
     name = node["metadata"]["name"]
-    return tuple(
+    pinned = (
         Request(obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
         for obj in inference_services.store.objects()
         if ((obj.get("status") or {}).get("model") or {}).get("node") == name
     )
+    running = (
+        request
+        for pod in pods.store.objects()
+        if (pod.get("spec") or {}).get("nodeName") == name
+        for request in _pods_to_owner(pod)
+    )
+    return tuple(sorted({*pinned, *running}, key=str))
 
 
 def setup_inference_service_controller(
@@ -785,6 +843,7 @@ def setup_inference_service_controller(
     job_pods = manager.informer(PODS, label_selector=MODEL_OF_LABEL)
     nodes = manager.informer(NODES)
     network_policies = manager.informer(NETWORK_POLICIES)
+    disruption_budgets = manager.informer(POD_DISRUPTION_BUDGETS, label_selector=ISVC_LABEL)
     recorder = manager.event_recorder(EVENT_REPORTER, identity)
 
     async def default_placement() -> WeightsPlacement:
@@ -810,6 +869,8 @@ def setup_inference_service_controller(
         slot_cache=slot_cache,
         network_policies=network_policies,
         network=network,
+        disruption_budgets=disruption_budgets,
+        nodes=nodes,
     )
     (
         manager.new_controller(
@@ -820,8 +881,9 @@ def setup_inference_service_controller(
         .owns(services)
         .owns(jobs)
         .owns(network_policies)
+        .owns(disruption_budgets)
         .watches(job_pods, _job_pods_to_owner)
-        .watches(nodes, lambda node: _pinned_to(inference_services, node))
+        .watches(nodes, lambda node: _on_node(inference_services, pods, node))
         .watches(pods, _pods_to_owner)
         .watches(pools, _pool_to_members)
         .watches(endpoint_slices, _slice_to_owner)

@@ -22,6 +22,10 @@ template change is applied; the reconciler does the probing and the writing.
   applied on a guess); with no ready endpoint, nothing can be in flight through its Service and
   it goes in at once. No bound: the wait lasts as long as requests are in flight, and the
   ``UpdatePending`` condition says since when.
+* **A pod on a cordoned node** (a node drain,
+  :mod:`~controlplane.controllers.inferenceservice.disruption`) waits as a pod change does, by
+  the same rules; once the gate opens, a member no pool lists has that pod deleted (its
+  Deployment makes the next one elsewhere), and a pool member's pod goes with its pool's release.
 * **The weights fetcher's image** (``--fetch-image``, by default the operator's own) is part of a
   downloaded member's pod, so every operator upgrade would change every such pod: a member with a
   pod keeps the fetcher image it was started with (:func:`running_fetch_image`); one without takes
@@ -113,33 +117,36 @@ def rollout_gate(
     pods: int,
     wanted_replicas: int,
     pooled: bool,
+    leaving: str | None = None,
     reports: Sequence[tuple[str, IdleReport]] | None = None,
 ) -> RolloutVerdict:
-    """May the wanted Deployment be written now (rules in the module docstring)? ``reports``: the
-    ``/slots`` answers of the member's ready endpoints, once asked (None: not asked yet)."""
-    if not changes_pod or pods == 0 or wanted_replicas == 0:
+    """May the wanted Deployment be written, and a pod on a cordoned node (``leaving``: that
+    node's name) be deleted, now (rules in the module docstring)? ``reports``: the ``/slots``
+    answers of the member's ready endpoints, once asked (None: not asked yet)."""
+    if not (changes_pod or leaving) or pods == 0 or wanted_replicas == 0:
         return UP_TO_DATE
+    what = "the pod changes" if changes_pod else f"the pod leaves node {leaving} (cordoned)"
     if pooled:
         return RolloutVerdict(
             Gate.WAIT,
             REASON_WAITING_FOR_POOL,
-            "the pod changes once its pool has drained this member through its idle gate",
+            f"{what} once its pool has drained this member through its idle gate",
         )
     if reports is None:
-        return RolloutVerdict(Gate.PROBE, REASON_WAITING_FOR_IDLE, "asking /slots")
+        return RolloutVerdict(Gate.PROBE, REASON_WAITING_FOR_IDLE, f"{what}: asking /slots")
     failed = [f"{url}: {r.detail}" for url, r in reports if r.outcome is IdleOutcome.FAILED]
     busy = [f"{url}: {r.detail}" for url, r in reports if r.outcome is IdleOutcome.BUSY]
     if failed:
         return RolloutVerdict(
             Gate.WAIT,
             REASON_IDLE_CHECK_FAILED,
-            "the pod changes once /slots proves it idle; the check failed: " + "; ".join(failed),
+            f"{what} once /slots proves it idle; the check failed: " + "; ".join(failed),
         )
     if busy:
         return RolloutVerdict(
             Gate.WAIT,
             REASON_WAITING_FOR_IDLE,
-            "the pod changes once its requests in flight are done: " + "; ".join(busy),
+            f"{what} once its requests in flight are done: " + "; ".join(busy),
         )
     return UP_TO_DATE
 

@@ -1,0 +1,158 @@
+"""Long streams against members, and what a test reads of a member while it changes: shared by the
+day-2 tests (an edit, a node drain). A stream that was cut would end without its ``[DONE]``:
+directly from the simulator as a broken connection, through a proxy as an
+``upstream_disconnected`` error event.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+
+from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
+from controlplane.runtime.client import KubeClient
+from controlplane.runtime.endpoints import ready_urls
+from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, EVENTS, PODS
+from tests.e2e.bodies import pool_body, router_body
+from tests.e2e.clusters import TestCluster
+from tests.e2e.operator_process import LocalProcess, start_node
+from tests.e2e.proxies import chat, isvc_body
+from tests.e2e.waiting import eventually
+
+ISVC = InferenceService.resource()
+#: Each simulated token takes 20 ms (the node stand-in's ``--token-seconds``): 250 last ~5 s.
+TOKEN_SECONDS = 0.02
+STREAM_TOKENS = 250
+
+
+@dataclass
+class Stream:
+    """A streamed chat completion read to its end: what arrived, and how it ended."""
+
+    tokens: int = 0
+    finish_reason: str | None = None
+    done: bool = False
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def whole(self) -> bool:
+        return self.done and self.finish_reason == "length" and not self.errors
+
+    def read(self, line: str) -> None:
+        if not line.startswith("data: "):
+            return
+        data = line.removeprefix("data: ")
+        if data == "[DONE]":
+            self.done = True
+            return
+        event = json.loads(data)
+        if "error" in event:
+            self.errors.append(str(event["error"]))
+            return
+        for choice in event.get("choices") or ():
+            if (choice.get("delta") or {}).get("content"):
+                self.tokens += 1
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+
+@asynccontextmanager
+async def streaming(url: str, model: str) -> AsyncIterator[tuple[Stream, anyio.Event]]:
+    """A long stream from ``url``, entered once its first token arrived (its slot is busy); the
+    rest is read in the background, and the event is set when it has ended, however it ended."""
+    stream = Stream()
+    ended = anyio.Event()
+    first = anyio.Event()
+    body = chat(model, stream=True, max_tokens=STREAM_TOKENS, ignore_eos=True)
+
+    async def read(http: httpx.AsyncClient) -> None:
+        try:
+            async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+                assert response.status_code == 200, await response.aread()
+                async for line in response.aiter_lines():
+                    stream.read(line)
+                    if stream.tokens:
+                        first.set()
+        except httpx.HTTPError as err:
+            stream.errors.append(f"{type(err).__name__}: {err}")
+        finally:
+            first.set()
+            ended.set()
+
+    async with (
+        httpx.AsyncClient(timeout=120, trust_env=False) as http,
+        anyio.create_task_group() as group,
+    ):
+        group.start_soon(read, http)
+        await first.wait()
+        assert stream.tokens, f"the stream never started: {stream.errors}"
+        yield stream, ended
+        await ended.wait()
+
+
+async def condition(admin: KubeClient, namespace: str, name: str, type_: str) -> dict[str, Any]:
+    found = await admin.get(ISVC, name, namespace)
+    conditions = (found.get("status") or {}).get("conditions") or ()
+    return next((c for c in conditions if c.get("type") == type_), {})
+
+
+async def server_args(admin: KubeClient, namespace: str, name: str) -> list[str]:
+    deployment = await admin.get(DEPLOYMENTS, name, namespace)
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return list(container["args"])
+
+
+async def event_reasons(admin: KubeClient, namespace: str, kind: str, name: str) -> set[str]:
+    events = (await admin.list(EVENTS, namespace)).items
+    return {
+        str(e.get("reason"))
+        for e in events
+        if (e.get("regarding") or {}).get("kind") == kind
+        and (e.get("regarding") or {}).get("name") == name
+    }
+
+
+async def pod_names(admin: KubeClient, namespace: str, member: str) -> set[str]:
+    pods = await admin.list(
+        PODS, namespace, label_selector=f"inference.modelpool.dev/inferenceservice={member}"
+    )
+    return {p["metadata"]["name"] for p in pods.items if not p["metadata"].get("deletionTimestamp")}
+
+
+async def ready_url(admin: KubeClient, namespace: str, service: str) -> str | None:
+    slices = await admin.list(
+        ENDPOINT_SLICES, namespace, label_selector=f"kubernetes.io/service-name={service}"
+    )
+    urls = ready_urls(slices.items)
+    return urls[0] if urls else None
+
+
+async def serve_pool_of_two(
+    cluster: TestCluster,
+    admin: KubeClient,
+    namespace: str,
+    workdir: Path,
+    started: list[LocalProcess],
+) -> None:
+    """A node (each load 1 s, each token :data:`TOKEN_SECONDS`), the pool ``gpu-0`` of ``a``
+    (resident, once this returns) and ``b`` with a 60 s budget, and the router ``router``."""
+    start_node(cluster, workdir, started, namespace=namespace, load_seconds=1.0,
+               token_seconds=TOKEN_SECONDS)  # fmt: skip
+    for name, replicas in (("a", 1), ("b", 0)):
+        await admin.create(ISVC, isvc_body(name, replicas), namespace)
+    pool = ModelPool.resource()
+    await admin.create(pool, pool_body("gpu-0", ("a", "b"), "a", "60s"), namespace)
+    await admin.create(ModelRouter.resource(), router_body("router", "gpu-0"), namespace)
+
+    async def settled() -> bool:
+        status = (await admin.get(pool, "gpu-0", namespace)).get("status") or {}
+        return status.get("residentMember") == "a" and status.get("phase") == "Ready"
+
+    await eventually(settled, timeout=60, what="a resident and Ready")

@@ -1,0 +1,71 @@
+"""Evictions wait for idle: the member's PodDisruptionBudget and the pods a drain waits for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controlplane.api.v1alpha1 import InferenceService
+from controlplane.controllers.inferenceservice.desired import desired_deployment
+from controlplane.controllers.inferenceservice.disruption import (
+    desired_disruption_budget,
+    leaving_node,
+    pods_leaving,
+)
+from controlplane.runtime.objects import node_cordoned
+
+ISVC = InferenceService.from_dict(
+    {
+        "apiVersion": "inference.modelpool.dev/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": "llama", "namespace": "ns", "uid": "u1", "generation": 1},
+        "spec": {"model": {"name": "tiny", "source": "/models/tiny.gguf"}},
+    }
+)
+NODES = {
+    "gpu-1": {"metadata": {"name": "gpu-1"}, "spec": {"unschedulable": True}},
+    "gpu-2": {"metadata": {"name": "gpu-2"}, "spec": {}},
+}
+
+
+def pod(name: str, node: str | None, *, terminating: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"uid-{name}"}
+    if terminating:
+        meta["deletionTimestamp"] = "2026-12-04T00:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": node} if node else {}}
+
+
+def test_the_budget_selects_exactly_the_member_pods_and_refuses_every_eviction_of_a_ready_one() -> (
+    None
+):
+    budget = desired_disruption_budget(ISVC)
+    pod_labels = desired_deployment(ISVC, 1)["spec"]["template"]["metadata"]["labels"]
+    selector = budget["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+    assert budget["spec"]["maxUnavailable"] == 0
+    # A pod that is not Ready serves nothing: evicting it cuts nothing, and a broken member
+    # never blocks a drain.
+    assert budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    owner = budget["metadata"]["ownerReferences"][0]
+    assert (owner["uid"], owner["controller"]) == ("u1", True)
+    assert (budget["metadata"]["name"], budget["metadata"]["namespace"]) == ("llama", "ns")
+
+
+def test_only_live_pods_on_a_cordoned_node_leave() -> None:
+    pods = [
+        pod("on-cordoned", "gpu-1"),
+        pod("stopping", "gpu-1", terminating=True),  # already going
+        pod("elsewhere", "gpu-2"),
+        pod("pending", None),  # not scheduled: on no node
+        pod("gone-node", "gpu-9"),  # a node we do not know: not cordoned as far as we know
+    ]
+    leaving = pods_leaving(pods, NODES.get)
+    assert [p["metadata"]["name"] for p in leaving] == ["on-cordoned"]
+    assert leaving_node(leaving) == "gpu-1"
+    assert leaving_node([]) is None
+
+
+def test_a_node_is_cordoned_by_its_unschedulable_flag_alone() -> None:
+    assert node_cordoned(NODES["gpu-1"])
+    assert not node_cordoned(NODES["gpu-2"])
+    assert not node_cordoned(None)
+    assert not node_cordoned({"metadata": {"name": "x"}})
