@@ -21,7 +21,7 @@ ISVC = InferenceService.from_dict(
         "spec": {"model": {"name": "tiny", "source": "/models/tiny.gguf"}},
     }
 )
-NODES = {
+NODES: dict[str, dict[str, Any]] = {
     "gpu-1": {"metadata": {"name": "gpu-1"}, "spec": {"unschedulable": True}},
     "gpu-2": {"metadata": {"name": "gpu-2"}, "spec": {}},
 }
