@@ -103,10 +103,11 @@ async def condition(admin: KubeClient, namespace: str, name: str, type_: str) ->
     return next((c for c in conditions if c.get("type") == type_), {})
 
 
-async def server_args(admin: KubeClient, namespace: str, name: str) -> list[str]:
+async def server_container(admin: KubeClient, namespace: str, name: str) -> dict[str, Any]:
+    """The server container of the member's Deployment, as last written."""
     deployment = await admin.get(DEPLOYMENTS, name, namespace)
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    return list(container["args"])
+    return dict(container)
 
 
 async def event_reasons(admin: KubeClient, namespace: str, kind: str, name: str) -> set[str]:

@@ -11,11 +11,13 @@ simulator as a broken connection, through a proxy as an ``upstream_disconnected`
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
+import pytest
 
 from controlplane.api.v1alpha1 import ModelPool
 from controlplane.runtime.client import KubeClient
@@ -29,22 +31,36 @@ from tests.e2e.memberstreams import (
     pod_names,
     ready_url,
     serve_pool_of_two,
-    server_args,
+    server_container,
     streaming,
 )
 from tests.e2e.operator_process import LocalProcess, OperatorProcess, start_node
 from tests.e2e.proxies import chat, isvc_body, start_proxies
 from tests.e2e.waiting import eventually
 
+# Marked here, not only by conftest after collection: anyio must see the mark while pytest
+# parametrizes, or the table's parameters are lost.
+pytestmark = pytest.mark.anyio
+
 POOL = ModelPool.resource()
 TIMEOUT = 60.0
 EDITED_ARGS = ["--parallel", "2", "--ctx-size", "4096"]
+#: What a user changes of a serving member (a merge patch of its spec), and how the edit shows in
+#: the server container of its Deployment.
+EDITS: dict[str, tuple[dict[str, Any], Callable[[dict[str, Any]], bool]]] = {
+    "args": ({"args": EDITED_ARGS}, lambda server: "4096" in server["args"]),
+    "image": ({"image": "llama-server:edited"}, lambda s: s["image"] == "llama-server:edited"),
+    "pod": (
+        {"pod": {"env": [{"name": "EDITED", "value": "1"}]}},
+        lambda s: {"name": "EDITED", "value": "1"} in (s.get("env") or ()),
+    ),
+}
 
 
-async def edit_args(admin: KubeClient, namespace: str, name: str) -> dict[str, Any]:
-    """What a user tuning the server does (a merge patch of ``spec.args``); returns the
-    ``UpdatePending`` condition once it says the change waits."""
-    await admin.patch(ISVC, name, {"spec": {"args": EDITED_ARGS}}, namespace)
+async def edit(admin: KubeClient, namespace: str, name: str, what: str = "args") -> dict[str, Any]:
+    """What a user tuning the server does (a merge patch of ``spec``: :data:`EDITS`); returns
+    the ``UpdatePending`` condition once it says the change waits."""
+    await admin.patch(ISVC, name, {"spec": EDITS[what][0]}, namespace)
 
     async def waiting() -> dict[str, Any] | None:
         found = await condition(admin, namespace, name, "UpdatePending")
@@ -53,9 +69,11 @@ async def edit_args(admin: KubeClient, namespace: str, name: str) -> dict[str, A
     return await eventually(waiting, timeout=TIMEOUT, what=f"the edit of {name} pending")
 
 
-async def changed_and_ready(admin: KubeClient, namespace: str, name: str, old: set[str]) -> bool:
+async def changed_and_ready(
+    admin: KubeClient, namespace: str, name: str, old: set[str], what: str = "args"
+) -> bool:
     """The edit reached the Deployment, a new pod serves it, and nothing waits any more."""
-    if "4096" not in await server_args(admin, namespace, name):
+    if not EDITS[what][1](await server_container(admin, namespace, name)):
         return False
     found = await admin.get(ISVC, name, namespace)
     pending = await condition(admin, namespace, name, "UpdatePending")
@@ -68,7 +86,9 @@ async def changed_and_ready(admin: KubeClient, namespace: str, name: str, old: s
     )
 
 
+@pytest.mark.parametrize("what", sorted(EDITS))
 async def test_an_edit_of_a_busy_member_no_pool_lists_waits_for_its_stream_then_goes_in(
+    what: str,
     cluster: TestCluster,
     admin: KubeClient,
     operator: OperatorProcess,
@@ -81,21 +101,21 @@ async def test_an_edit_of_a_busy_member_no_pool_lists_waits_for_its_stream_then_
     url = await eventually(
         lambda: ready_url(admin, namespace, "solo"), timeout=TIMEOUT, what="solo ready"
     )
-    before = await server_args(admin, namespace, "solo")
+    before = await server_container(admin, namespace, "solo")
     old_pods = await pod_names(admin, namespace, "solo")
 
     async with streaming(url, "model-solo") as (stream, ended):
-        pending = await edit_args(admin, namespace, "solo")
+        pending = await edit(admin, namespace, "solo", what)
         assert pending["reason"] == "WaitingForIdle", pending
         assert "slot(s) processing" in pending["message"], pending
         assert not ended.is_set(), "the stream ended before the check: make it longer"
-        assert await server_args(admin, namespace, "solo") == before, "applied while busy"
+        assert await server_container(admin, namespace, "solo") == before, "applied while busy"
         assert await pod_names(admin, namespace, "solo") == old_pods
     assert stream.whole, stream
     assert stream.tokens == STREAM_TOKENS, stream
 
     await eventually(
-        lambda: changed_and_ready(admin, namespace, "solo", old_pods),
+        lambda: changed_and_ready(admin, namespace, "solo", old_pods, what),
         timeout=TIMEOUT,
         what="the edit in the Deployment and a new pod Ready",
     )
@@ -136,10 +156,11 @@ async def test_an_edit_of_a_pool_resident_under_load_is_carried_out_by_the_pools
     ):
         group.start_soon(loop, http)
         async with streaming(streamer.url, "model-a") as (stream, ended):
-            pending = await edit_args(admin, namespace, "a")
+            pending = await edit(admin, namespace, "a")
             assert pending["reason"] == "WaitingForPool", pending
             assert not ended.is_set(), "the stream ended before the check: make it longer"
-            assert "4096" not in await server_args(admin, namespace, "a"), "applied while busy"
+            running = await server_container(admin, namespace, "a")
+            assert "4096" not in running["args"], "applied while busy"
         assert stream.whole, stream
         assert stream.tokens == STREAM_TOKENS, stream
         await eventually(
