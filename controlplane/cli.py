@@ -37,6 +37,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sim-node": ("controlplane.standin.command", "run"),
     "tiny-model": ("controlplane.envtest.tinymodel", "run"),
     "fetch-model": ("controlplane.modelfetch.command", "run"),
+    "collect-model-cache": ("controlplane.modelcache.command", "run"),
 }
 
 

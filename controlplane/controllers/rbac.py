@@ -83,6 +83,16 @@ MODEL_ROUTER_RULES = (
     PolicyRule((GROUP,), ("inferenceservices", "modelpools"), READ),
 )
 
+#: The node cache's collection (controllers/modelcache): reads what names a cached file (every
+#: InferenceService, member pods' fetch containers) and the Ready nodes, and creates one Job per
+#: node. Its Jobs are never updated or deleted by it (``ttlSecondsAfterFinished`` removes them).
+MODEL_CACHE_RULES = (
+    PolicyRule((GROUP,), ("inferenceservices",), READ),
+    PolicyRule(("",), ("pods",), READ),
+    PolicyRule(("",), ("nodes",), READ),
+    PolicyRule(("batch",), ("jobs",), (*READ, "create", "patch")),
+)
+
 #: Events, for every controller.
 EVENT_RULES = (PolicyRule(("events.k8s.io",), ("events",), ("create", "patch")),)
 
@@ -91,6 +101,7 @@ OPERATOR_OWN_RULES = (
     *INFERENCE_SERVICE_RULES,
     *MODEL_POOL_RULES,
     *MODEL_ROUTER_RULES,
+    *MODEL_CACHE_RULES,
     *EVENT_RULES,
 )
 
@@ -125,6 +136,7 @@ OPERATOR_CLUSTER_RULES_BY_OWNER = {
     "InferenceService controller": INFERENCE_SERVICE_RULES,
     "ModelPool controller": MODEL_POOL_RULES,
     "ModelRouter controller": MODEL_ROUTER_RULES,
+    "model cache collection": MODEL_CACHE_RULES,
     "event recorder": EVENT_RULES,
     "ModelRouter controller, to grant router proxies": PROXY_GRANT_RULES,
 }

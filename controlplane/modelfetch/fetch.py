@@ -4,7 +4,8 @@
    rules as the API server's); the file's place is ``DEST/<file_in_cache>``.
 2. A marker that vouches for the file (:mod:`.marker`) ends the run at once: no lock, no network,
    no hashing, no ``httpx`` nor ``huggingface_hub`` imported. This is a member's start once its
-   node has the file.
+   node has the file; it is the file's use (:func:`.marker.touch_marker`), which keeps the node
+   cache's collection from removing it (:mod:`controlplane.modelcache`).
 3. Otherwise the cache entry is locked (``DEST/.modelpool.lock``, ``filelock``): two pods of one
    node fetching the same file at once download it once; the second finds the first's marker.
 4. The file is downloaded (:mod:`.https`, :mod:`.hub`), its digest compared to ``--sha256``, a
@@ -34,7 +35,13 @@ from controlplane.modelfetch.errors import (
     free_bytes,
     is_disk_full,
 )
-from controlplane.modelfetch.marker import read_marker, remove_marker, verified, write_marker
+from controlplane.modelfetch.marker import (
+    read_marker,
+    remove_marker,
+    touch_marker,
+    verified,
+    write_marker,
+)
 from controlplane.modelfetch.progress import Done, ProgressReporter
 from controlplane.modelfetch.retry import DEFAULT_DELAY, DEFAULT_RETRIES, RetryPolicy
 
@@ -105,6 +112,7 @@ def fetch(settings: FetchSettings, reporter: ProgressReporter) -> Done:
     target = settings.dest / parsed.file_in_cache
     marker = verified(target, canonical_source(parsed), sha256)
     if marker is not None:
+        touch_marker(target)
         return Done(marker.size, marker.sha256, str(target), downloaded=False)
     try:
         settings.dest.mkdir(parents=True, exist_ok=True)
@@ -136,6 +144,7 @@ def _fetch_locked(
         # The other fetch may have finished while this one waited.
         marker = verified(target, canonical_source(parsed), sha256)
         if marker is not None:
+            touch_marker(target)
             return Done(marker.size, marker.sha256, str(target), downloaded=False)
         if parsed.kind is SourceKind.HF:
             return _fetch_hub(settings, parsed, sha256, target, reporter)

@@ -8,11 +8,19 @@ whose size and modification time still match it is the same verified file, unles
 rewrote it in place within the same nanosecond and to the same size, which no downloader here
 does (files only ever arrive by an atomic rename).
 
-Only the standard library (``json``, ``os``): the fast path imports nothing heavy.
+**Last use.** The marker's own modification time is the file's last use: it is written when the
+file is verified, and :func:`touch_marker` sets it to now on every run that finds the file by it
+(every start of a member's pod, every fetch Job of a node that had it). The node cache's
+collection (:mod:`controlplane.modelcache`) removes a file no InferenceService names once it has
+gone unused for a retention. The data file's own time is not touched: the marker's ``mtimeNs``
+vouches for it.
+
+Only the standard library (``contextlib``, ``json``, ``os``): the fast path imports nothing heavy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
@@ -85,6 +93,13 @@ def write_marker(file: Path, source: str, sha256: str) -> Marker:
     temporary.write_text(json.dumps(marker.to_json()) + "\n")
     os.replace(temporary, target)
     return marker
+
+
+def touch_marker(file: Path) -> None:
+    """Record a use of ``file``: its marker's modification time becomes now. A cache mounted
+    read-only (or a marker gone meanwhile) only loses this use, never the start."""
+    with contextlib.suppress(OSError):
+        os.utime(marker_path(file))
 
 
 def remove_marker(file: Path) -> None:

@@ -23,6 +23,15 @@ from controlplane.controllers.inferenceservice.network import (
     parse_labels,
 )
 from controlplane.controllers.inferenceservice.weights import DEFAULT_MODEL_CACHE_PATH
+from controlplane.controllers.modelcache.desired import (
+    DEFAULT_INTERVAL as DEFAULT_MODEL_CACHE_COLLECT_INTERVAL,
+)
+from controlplane.controllers.modelcache.desired import (
+    DEFAULT_MAX_BYTES as DEFAULT_MODEL_CACHE_MAX_BYTES,
+)
+from controlplane.controllers.modelcache.desired import (
+    DEFAULT_RETENTION_SECONDS as DEFAULT_MODEL_CACHE_RETENTION,
+)
 from controlplane.controllers.modelpool.slotruntime import (
     DEFAULT_POLL_SECONDS as DEFAULT_SLOT_SERVER_POLL_SECONDS,
 )
@@ -30,6 +39,7 @@ from controlplane.controllers.modelpool.slotruntime import (
     DEFAULT_WAIT_SECONDS as DEFAULT_SLOT_SERVER_WAIT_SECONDS,
 )
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE
+from controlplane.modelcache.command import byte_count, seconds
 from controlplane.operator.settings import (
     DEFAULT_LEASE_DURATION,
     DEFAULT_METRICS_ADDRESS,
@@ -166,6 +176,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"member on the node (default {DEFAULT_MODEL_CACHE_PATH})",
     )
     parser.add_argument(
+        "--model-cache-collect-interval",
+        type=seconds,
+        default=DEFAULT_MODEL_CACHE_COLLECT_INTERVAL,
+        metavar="SECONDS",
+        help="every how many seconds each Ready node's model cache is collected by a Job (also "
+        "at once, and again after the retention, when a file stops being named); 0 turns the "
+        f"collection off (default {DEFAULT_MODEL_CACHE_COLLECT_INTERVAL:g})",
+    )
+    parser.add_argument(
+        "--model-cache-retention",
+        type=seconds,
+        default=DEFAULT_MODEL_CACHE_RETENTION,
+        metavar="SECONDS",
+        help="how long a cached file no InferenceService names may stay unused on a node "
+        f"before the collection removes it (default {DEFAULT_MODEL_CACHE_RETENTION:g})",
+    )
+    parser.add_argument(
+        "--model-cache-max-bytes",
+        type=byte_count,
+        default=DEFAULT_MODEL_CACHE_MAX_BYTES,
+        metavar="N",
+        help="each node cache's size cap: over it, unnamed files go least recently used first "
+        "(named files never; default 0: no cap)",
+    )
+    parser.add_argument(
+        "--model-cache-collect-namespace",
+        type=namespace_name,
+        default=None,
+        metavar="NAMESPACE",
+        help="where the collection Jobs run; it must admit privileged pods (hostPath) "
+        "(default: --namespace)",
+    )
+    parser.add_argument(
         "--slot-server-poll",
         type=positive_float,
         default=DEFAULT_SLOT_SERVER_POLL_SECONDS,
@@ -204,6 +247,10 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
         proxy_image=args.proxy_image,
         pod_name=os.environ.get("POD_NAME", ""),
         model_cache_path=args.model_cache_path,
+        model_cache_collect_interval=args.model_cache_collect_interval,
+        model_cache_retention=args.model_cache_retention,
+        model_cache_max_bytes=args.model_cache_max_bytes,
+        model_cache_collect_namespace=args.model_cache_collect_namespace or "",
         fetch_image=args.fetch_image,
         slot_server_poll_seconds=args.slot_server_poll,
         slot_server_wait_seconds=args.slot_server_wait,

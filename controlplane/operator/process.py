@@ -9,8 +9,8 @@ stops the process at start with a message naming it (exit 77), and a control pla
 answer leaves it not-ready while the preflight keeps retrying in the background; only an ALLOWED
 verdict lets the manager campaign for leadership and start controllers.
 
-The controllers (InferenceService, ModelPool, ModelRouter) register in :func:`build_manager` as
-they land; today it runs all three.
+The controllers (InferenceService, ModelPool, ModelRouter, and the node cache's collection unless
+``--model-cache-collect-interval 0``) register in :func:`build_manager`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import logging
 from controlplane.controllers.inferenceservice import setup_inference_service_controller
 from controlplane.controllers.inferenceservice.network import MemberNetworkPolicy
 from controlplane.controllers.inferenceservice.weights import WeightsPlacement
+from controlplane.controllers.modelcache import CollectionSettings, setup_model_cache_controller
 from controlplane.controllers.modelpool import setup_model_pool_controller
 from controlplane.controllers.modelrouter import setup_model_router_controller
 from controlplane.operator.proxyimage import ProxyImage
@@ -88,6 +89,14 @@ def build_manager(settings: OperatorSettings) -> tuple[Manager, PreflightGate]:
         allow_namespaces=settings.member_network_policy_allow_namespaces,
     )
     setup_inference_service_controller(manager, identity, placement=placement, network=network)
+    if settings.model_cache_collect_interval > 0:
+        collection = CollectionSettings(
+            namespace=settings.model_cache_collect_namespace or settings.namespace,
+            interval=settings.model_cache_collect_interval,
+            retention=settings.model_cache_retention,
+            max_bytes=settings.model_cache_max_bytes,
+        )
+        setup_model_cache_controller(manager, collection, placement)
     setup_model_pool_controller(
         manager,
         identity,

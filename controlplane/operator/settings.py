@@ -12,6 +12,15 @@ from pathlib import Path
 
 from controlplane.controllers.inferenceservice.network import DEFAULT_OPERATOR_POD_LABELS
 from controlplane.controllers.inferenceservice.weights import DEFAULT_MODEL_CACHE_PATH
+from controlplane.controllers.modelcache.desired import (
+    DEFAULT_INTERVAL as DEFAULT_MODEL_CACHE_COLLECT_INTERVAL,
+)
+from controlplane.controllers.modelcache.desired import (
+    DEFAULT_MAX_BYTES as DEFAULT_MODEL_CACHE_MAX_BYTES,
+)
+from controlplane.controllers.modelcache.desired import (
+    DEFAULT_RETENTION_SECONDS as DEFAULT_MODEL_CACHE_RETENTION,
+)
 from controlplane.controllers.modelpool.slotruntime import (
     DEFAULT_POLL_SECONDS as DEFAULT_SLOT_SERVER_POLL_SECONDS,
 )
@@ -60,6 +69,14 @@ class OperatorSettings:
     pod_name: str = ""
     #: The node folder downloaded weights are cached in (a hostPath on every node).
     model_cache_path: str = DEFAULT_MODEL_CACHE_PATH
+    #: Every how many seconds each node's cache is collected; 0 turns the collection off.
+    model_cache_collect_interval: float = DEFAULT_MODEL_CACHE_COLLECT_INTERVAL
+    #: How long a cached file no InferenceService names may stay unused.
+    model_cache_retention: float = DEFAULT_MODEL_CACHE_RETENTION
+    #: Each node cache's size cap in bytes (unnamed files over it go, oldest use first); 0: none.
+    model_cache_max_bytes: int = DEFAULT_MODEL_CACHE_MAX_BYTES
+    #: Where the collection Jobs run (a namespace admitting privileged pods); empty: ``namespace``.
+    model_cache_collect_namespace: str = ""
     #: How often a pool with a slot server reads it while it waits on a load or an unload.
     slot_server_poll_seconds: float = DEFAULT_SLOT_SERVER_POLL_SECONDS
     #: How long a pool that sent its slot server an order watches for its effect.

@@ -28,7 +28,8 @@ from controlplane.standin.termination import termination_path
 from controlplane.standin.volumes import Mount, local_path, mount_of
 
 #: The project's subcommands a container may run on the stand-in.
-RUNNABLE_SUBCOMMANDS: Final = frozenset({"fetch-model"})
+#: ``collect-model-cache``: the node cache's collection Job (``controllers/modelcache``).
+RUNNABLE_SUBCOMMANDS: Final = frozenset({"fetch-model", "collect-model-cache"})
 #: The flag each runnable subcommand takes its termination message path from.
 TERMINATION_FLAGS: Final = {"fetch-model": "--termination-log"}
 #: The image's entrypoint: a container's ``command`` may name it, or be left out.

@@ -244,3 +244,27 @@ def test_the_console_script_has_the_subcommand_and_its_defaults() -> None:
         build_parser("fetch-model").parse_args(
             ["fetch-model", "--source", "s", "--dest", "/d", "--retries", "-1"]
         )
+
+
+@pytest.mark.parametrize("kind", ["http", "hf"])
+def test_a_run_that_finds_the_file_by_its_marker_records_a_use(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    server: FileServer,
+    served: Path,
+    kind: str,
+) -> None:
+    """The marker's modification time is the file's last use (the cache's collection reads it):
+    every start of a member's pod finds the file by its marker and moves it to now."""
+    _, digest = model_file(served, f"{REPO}/m.gguf", SIZE)
+    source = server.url_of(f"{REPO}/m.gguf") if kind == "http" else f"hf://{REPO}/m.gguf"
+    dest = tmp_path / "entry"
+    assert fetch(capsys, tmp_path, source, dest, "--sha256", digest).code == 0
+    marker = marker_path(dest / "m.gguf")
+    os.utime(marker, (1_000_000, 1_000_000))
+    file_mtime = (dest / "m.gguf").stat().st_mtime_ns
+    run = fetch(capsys, tmp_path, source, dest, "--sha256", digest)
+    assert run.done.downloaded is False
+    assert marker.stat().st_mtime > 1_000_000 + 3600, "the fast path did not record the use"
+    assert (dest / "m.gguf").stat().st_mtime_ns == file_mtime, "the file itself is untouched"
+    assert read_marker(dest / "m.gguf") is not None

@@ -104,8 +104,12 @@ def test_only_runnable_subcommands_run_and_they_get_their_termination_file() -> 
     assert subcommand_argv({"command": ["controlplane"]}, given, file)[-2:] == [
         "--termination-log", str(file)
     ], "the container's termination path is the pod's file"  # fmt: skip
+    collector = ["collect-model-cache", "--cache-dir", "/c"]
+    assert subcommand_argv({"name": "c"}, collector, file)[-3:] == collector, "no message flag"
     for command, args in (([], ["sim"]), (["sh", "-c"], ["fetch-model"]), ([], [])):
-        with pytest.raises(NotRunnable, match="runs only the subcommands fetch-model"):
+        with pytest.raises(
+            NotRunnable, match="runs only the subcommands collect-model-cache, fetch-model"
+        ):
             subcommand_argv({"name": "c", "command": command}, args, file)
 
 

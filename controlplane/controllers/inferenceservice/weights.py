@@ -208,17 +208,23 @@ def fetch_container(isvc: InferenceService, placement: WeightsPlacement) -> dict
         "env": env,
         "volumeMounts": mounts,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": {
-            "runAsUser": 0,
-            "runAsNonRoot": False,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": node_cache_security_context(),
     }
     if env_from := user_env_from(isvc):
         container["envFrom"] = env_from
     return container
+
+
+def node_cache_security_context() -> dict[str, Any]:
+    """What a container that writes the node cache runs as (the fetcher, the cache's collector):
+    root, to own the kubelet's root-owned hostPath folders, and nothing else of root's."""
+    return {
+        "runAsUser": 0,
+        "runAsNonRoot": False,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
 
 
 def user_env(isvc: InferenceService) -> list[dict[str, Any]]:
