@@ -30,6 +30,9 @@ from controlplane.controllers.modelcache.desired import (
     DEFAULT_MAX_BYTES as DEFAULT_MODEL_CACHE_MAX_BYTES,
 )
 from controlplane.controllers.modelcache.desired import (
+    DEFAULT_NAMESPACE as DEFAULT_MODEL_CACHE_COLLECT_NAMESPACE,
+)
+from controlplane.controllers.modelcache.desired import (
     DEFAULT_RETENTION_SECONDS as DEFAULT_MODEL_CACHE_RETENTION,
 )
 from controlplane.controllers.modelpool.slotruntime import (
@@ -203,10 +206,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model-cache-collect-namespace",
         type=namespace_name,
-        default=None,
+        default=DEFAULT_MODEL_CACHE_COLLECT_NAMESPACE,
         metavar="NAMESPACE",
-        help="where the collection Jobs run; it must admit privileged pods (hostPath) "
-        "(default: --namespace)",
+        help="where the collection Jobs run; it must admit privileged pods (hostPath), which "
+        "the operator's own namespace does not "
+        f"(default {DEFAULT_MODEL_CACHE_COLLECT_NAMESPACE}, created by the manifests and chart)",
     )
     parser.add_argument(
         "--slot-server-poll",
@@ -250,7 +254,7 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
         model_cache_collect_interval=args.model_cache_collect_interval,
         model_cache_retention=args.model_cache_retention,
         model_cache_max_bytes=args.model_cache_max_bytes,
-        model_cache_collect_namespace=args.model_cache_collect_namespace or "",
+        model_cache_collect_namespace=args.model_cache_collect_namespace,
         fetch_image=args.fetch_image,
         slot_server_poll_seconds=args.slot_server_poll,
         slot_server_wait_seconds=args.slot_server_wait,

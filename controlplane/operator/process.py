@@ -91,7 +91,7 @@ def build_manager(settings: OperatorSettings) -> tuple[Manager, PreflightGate]:
     setup_inference_service_controller(manager, identity, placement=placement, network=network)
     if settings.model_cache_collect_interval > 0:
         collection = CollectionSettings(
-            namespace=settings.model_cache_collect_namespace or settings.namespace,
+            namespace=settings.model_cache_collect_namespace,
             interval=settings.model_cache_collect_interval,
             retention=settings.model_cache_retention,
             max_bytes=settings.model_cache_max_bytes,

@@ -19,6 +19,9 @@ from controlplane.controllers.modelcache.desired import (
     DEFAULT_MAX_BYTES as DEFAULT_MODEL_CACHE_MAX_BYTES,
 )
 from controlplane.controllers.modelcache.desired import (
+    DEFAULT_NAMESPACE as DEFAULT_MODEL_CACHE_COLLECT_NAMESPACE,
+)
+from controlplane.controllers.modelcache.desired import (
     DEFAULT_RETENTION_SECONDS as DEFAULT_MODEL_CACHE_RETENTION,
 )
 from controlplane.controllers.modelpool.slotruntime import (
@@ -76,7 +79,7 @@ class OperatorSettings:
     #: Each node cache's size cap in bytes (unnamed files over it go, oldest use first); 0: none.
     model_cache_max_bytes: int = DEFAULT_MODEL_CACHE_MAX_BYTES
     #: Where the collection Jobs run (a namespace admitting privileged pods); empty: ``namespace``.
-    model_cache_collect_namespace: str = ""
+    model_cache_collect_namespace: str = DEFAULT_MODEL_CACHE_COLLECT_NAMESPACE
     #: How often a pool with a slot server reads it while it waits on a load or an unload.
     slot_server_poll_seconds: float = DEFAULT_SLOT_SERVER_POLL_SECONDS
     #: How long a pool that sent its slot server an order watches for its effect.

@@ -15,10 +15,10 @@ pinned to its node by the fetch Job's own affinity (:func:`~controlplane.control
 inferenceservice.weights.pinned_affinity`), tolerating every taint (a GPU node's taints are the
 rule, and the Job takes no GPU), with the node cache mounted read-write as the fetcher has it
 (root, every capability dropped, read-only root filesystem, no service account token). It runs
-in ``--model-cache-collect-namespace`` (default the operator's own), which must admit privileged
-pods (hostPath). A finished Job goes after :data:`JOB_TTL_SECONDS` (``ttlSecondsAfterFinished``,
-time to read its log); one that cannot run (its node went away) fails after
-:data:`JOB_DEADLINE_SECONDS`, and goes the same way.
+in ``--model-cache-collect-namespace`` (default :data:`DEFAULT_NAMESPACE`, which the manifests and
+the chart create), which must admit privileged pods (hostPath). A finished Job goes after
+:data:`JOB_TTL_SECONDS` (``ttlSecondsAfterFinished``, time to read its log); one that cannot
+run (its node went away) fails after :data:`JOB_DEADLINE_SECONDS`, and goes the same way.
 """
 
 from __future__ import annotations
@@ -43,6 +43,10 @@ DEFAULT_INTERVAL: Final = 3600.0
 DEFAULT_RETENTION_SECONDS: Final = DEFAULT_RETENTION
 #: The cache's size cap per node, by default: none.
 DEFAULT_MAX_BYTES: Final = 0
+#: Where the collection Jobs run by default: a namespace of their own that admits privileged pods
+#: (a hostPath, as root), created by ``manifests/default`` and the chart; the operator's own
+#: namespace enforces the restricted Pod Security Standard and would refuse them.
+DEFAULT_NAMESPACE: Final = "modelpool-node-cache"
 COMPONENT_LABEL: Final = "app.kubernetes.io/component"
 COMPONENT: Final = "model-cache-collector"
 #: The node a collection Job runs on, as a label (a hash: a node's name may be longer than a
