@@ -238,15 +238,19 @@ async def pool_behind_router(
     server: str = "simulator",
     swap_budget: str = "180s",
     b_load_seconds: int | None = None,
+    token_seconds: float | None = None,
 ) -> None:
     """Members ``a`` and ``b`` in pool ``gpu`` (``a`` by default) behind router ``chat`` with
     ``proxies`` proxy replicas, returning once they are Available and ``a`` is resident; with
-    ``b_load_seconds``, ``b`` (a simulator) takes that long to load, so its swap lasts."""
+    ``b_load_seconds``, ``b`` (a simulator) takes that long to load, so its swap lasts; with
+    ``token_seconds``, each simulator generates one token in that time (a long stream lasts)."""
     assert cluster.image is not None
     for name, seed in (("a", 1), ("b", 2)):
         body = member(name, cluster, server, f"/models/tiny-{seed}.gguf")
         if name == "b" and b_load_seconds is not None:
             body["spec"]["args"] = ["--sim-load-seconds", str(b_load_seconds)]
+        if token_seconds is not None:
+            body["spec"]["args"] += ["--sim-token-seconds", str(token_seconds)]
         await admin.create(ISVCS, body, namespace)
     pool = pool_body("gpu", ("a", "b"), default="a", swap_budget=swap_budget)
     await admin.create(ModelPool.resource(), pool, namespace)

@@ -22,8 +22,14 @@ from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import DEPLOYMENTS
 from tests.e2e.clusters import TestCluster
 from tests.e2e.helm import CHART, helm
-from tests.e2e.incluster import ROLLOUT_TIMEOUT, rolled_out_operator
+from tests.e2e.incluster import (
+    ROLLOUT_TIMEOUT,
+    leader_pod,
+    operator_container,
+    rolled_out_operator,
+)
 from tests.e2e.invariants import PoolInvariantMonitor
+from tests.e2e.kindstreams import start_stream, stream_end, whole
 from tests.e2e.kubectl import KIND_OPERATOR_REPLICAS, OPERATOR_DEPLOYMENT, kubectl
 from tests.e2e.test_kind_cluster import (
     ask_in_cluster,
@@ -31,6 +37,7 @@ from tests.e2e.test_kind_cluster import (
     pool_behind_router,
     wait_resident,
 )
+from tests.e2e.test_kind_day2 import member_pods, update_pending
 from tests.e2e.waiting import eventually
 
 pytestmark = pytest.mark.kind
@@ -38,6 +45,25 @@ pytestmark = pytest.mark.kind
 RELEASE = "modelpool"
 #: The target member loads this long, so the upgrade lands while the swap is running.
 SLOW_LOAD_SECONDS = 25
+#: Each simulated token takes this long: the stream across the image upgrade lasts about 30 s.
+TOKEN_SECONDS = 0.05
+STREAM_TOKENS = 600
+#: How long after the new leader took over nothing may change in a member's pod.
+UPGRADE_SETTLE_SECONDS = 5.0
+
+
+async def another_tag(cluster: TestCluster) -> str:
+    """A second tag of the operator's image in the node (the same bytes under a new name, as a
+    release would be), for ``helm upgrade`` to move to."""
+    assert cluster.image is not None
+    assert cluster.kind is not None
+    image = f"{cluster.image}-upgrade"
+    node = f"{cluster.kind.name}-control-plane"
+    await anyio.run_process(
+        ["docker", "exec", node, "ctr", "-n", "k8s.io", "images", "tag", "--force",
+         cluster.image, image],
+    )  # fmt: skip
+    return image
 
 
 def _image_values(cluster: TestCluster) -> list[str]:
@@ -78,7 +104,7 @@ async def test_helm_installs_swaps_upgrades_mid_swap_and_uninstalls_keeping_crds
 
         await pool_behind_router(
             admin, cluster, namespace, proxies=2, swap_budget="240s",
-            b_load_seconds=SLOW_LOAD_SECONDS,
+            b_load_seconds=SLOW_LOAD_SECONDS, token_seconds=TOKEN_SECONDS,
         )  # fmt: skip
         url = chat_url(namespace)
         warm = await ask_in_cluster(cluster, namespace, "warm", url, "a")
@@ -114,6 +140,28 @@ async def test_helm_installs_swaps_upgrades_mid_swap_and_uninstalls_keeping_crds
         await wait_resident(admin, namespace, "b")
         assert [(c.old, c.new) for c in monitor.residency_changes("gpu")][-1] == ("a", "b")
         monitor.settle()
+        monitor.check()
+
+        # An upgrade to another operator image while b streams: the stream ends whole, and no
+        # member's pod changes (nothing in it depends on the operator's image; issue 39).
+        (resident,) = await member_pods(admin, namespace, "b")
+        image = await another_tag(cluster)
+        await start_stream(cluster, namespace, "long", url, "b", STREAM_TOKENS)
+        await helm(
+            "upgrade", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE,
+            "--reuse-values", "--set", f"image.tag={image.rpartition(':')[2]}",
+            "--wait", "--timeout", timeout, cluster=cluster,
+        )  # fmt: skip
+        rolled = await admin.get(DEPLOYMENTS, OPERATOR_DEPLOYMENT, OPERATOR_NAMESPACE)
+        assert rolled["spec"]["template"]["spec"]["containers"][0]["image"] == image
+        end = await stream_end(cluster, namespace, "long")
+        assert whole(end, STREAM_TOKENS), end
+        leader = await leader_pod(admin)
+        assert (await operator_container(admin, leader))["image"] == image
+        await anyio.sleep(UPGRADE_SETTLE_SECONDS)  # the new leader has reconciled every member
+        after = await member_pods(admin, namespace, "b")
+        assert [p["metadata"]["uid"] for p in after] == [resident["metadata"]["uid"]], after
+        assert await update_pending(admin, namespace, "b") is None
         monitor.check()
 
         await helm(

@@ -1,0 +1,97 @@
+"""A node drain on a real cluster waits for idle (docs/inferenceservice.md, "Node drains"):
+``kubectl drain`` of the node of a busy pool resident, while a stream is generating through the
+router's Service, waits until the stream has ended whole, and the pool serves again afterwards.
+
+Only in kind: the Eviction API's refusal by the member's PodDisruptionBudget (computed by the real
+disruption controller), the drain's own retry loop, and the scheduler keeping the next pod off the
+cordoned node are real here. The cluster has one node, so the drain is limited to the resident's
+pods (``--pod-selector``: the operator, the proxies and the client stay), and the pool serves
+again once the node is uncordoned. The pool invariant monitor watches the member pods throughout.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from controlplane.api.v1alpha1 import InferenceService
+from controlplane.runtime.client import KubeClient
+from controlplane.runtime.resources import PODS
+from tests.e2e.clusters import TestCluster
+from tests.e2e.incluster import ROLLOUT_TIMEOUT
+from tests.e2e.invariants import PoolInvariantMonitor
+from tests.e2e.kindstreams import start_stream, stream_end, whole
+from tests.e2e.kubectl import kubectl
+from tests.e2e.test_kind_cluster import ask_in_cluster, chat_url, pool_behind_router
+from tests.e2e.waiting import eventually
+
+pytestmark = pytest.mark.kind
+
+MEMBER_LABEL = "inference.modelpool.dev/inferenceservice"
+#: 400 tokens of 50 ms: a stream of about 20 s, well past the drain's first eviction.
+TOKEN_SECONDS = 0.05
+STREAM_TOKENS = 400
+
+
+async def member_pods(admin: KubeClient, namespace: str, name: str) -> list[dict[str, Any]]:
+    found = await admin.list(PODS, namespace, label_selector=f"{MEMBER_LABEL}={name}")
+    return [p for p in found.items if not p["metadata"].get("deletionTimestamp")]
+
+
+async def update_pending(admin: KubeClient, namespace: str, name: str) -> dict[str, Any] | None:
+    found = await admin.get(InferenceService.resource(), name, namespace)
+    for condition in (found.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "UpdatePending" and condition.get("status") == "True":
+            return dict(condition)
+    return None
+
+
+async def test_kubectl_drain_of_a_busy_residents_node_waits_for_its_stream(
+    admin: KubeClient, cluster: TestCluster, namespace: str, operator_pod: str
+) -> None:
+    monitor = PoolInvariantMonitor(
+        cluster.admin_config(), namespace, sample_processes=False
+    ).start()
+    node = None
+    try:
+        await pool_behind_router(admin, cluster, namespace, proxies=1, token_seconds=TOKEN_SECONDS)
+        url = chat_url(namespace)
+        await start_stream(cluster, namespace, "long", url, "a", STREAM_TOKENS)
+        (pod,) = await member_pods(admin, namespace, "a")
+        node = pod["spec"]["nodeName"]
+        drained: dict[str, Any] = {}
+
+        async def drain() -> None:
+            drained["result"] = await kubectl(
+                cluster, "drain", node, f"--pod-selector={MEMBER_LABEL}=a",
+                f"--timeout={int(ROLLOUT_TIMEOUT)}s", check=False,
+            )  # fmt: skip
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(drain)
+            pending = await eventually(
+                lambda: update_pending(admin, namespace, "a"), timeout=60, what="a pending a move"
+            )
+            assert pending["reason"] == "WaitingForPool", pending
+            assert node in pending["message"], pending
+            assert not drained, f"the drain ended while a served a stream: {drained}"
+            end = await stream_end(cluster, namespace, "long")
+            assert whole(end, STREAM_TOKENS), end
+        code, out, err = drained["result"]
+        assert code == 0, f"kubectl drain failed:\n{out}\n{err}"
+        assert pod["metadata"]["name"] in out + err, out + err
+        uids = {p["metadata"]["uid"] for p in await member_pods(admin, namespace, "a")}
+        assert pod["metadata"]["uid"] not in uids, "the old pod is still there"
+    finally:
+        if node is not None:
+            await kubectl(cluster, "uncordon", node, check=False)
+    try:
+        again = await ask_in_cluster(cluster, namespace, "after", url, "a")
+        assert again["status"] == 200, again
+        assert again["body"]["model"] == "a"
+        monitor.settle()
+        monitor.check()
+    finally:
+        monitor.stop()
