@@ -150,7 +150,7 @@ async def test_helm_installs_swaps_upgrades_mid_swap_and_uninstalls_keeping_crds
         await helm(
             "upgrade", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE,
             "--reuse-values", "--set", f"image.tag={image.rpartition(':')[2]}",
-            "--wait", "--timeout", timeout, cluster=cluster,
+            "--force-conflicts", "--wait", "--timeout", timeout, cluster=cluster,
         )  # fmt: skip
         rolled = await admin.get(DEPLOYMENTS, OPERATOR_DEPLOYMENT, OPERATOR_NAMESPACE)
         assert rolled["spec"]["template"]["spec"]["containers"][0]["image"] == image

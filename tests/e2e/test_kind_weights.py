@@ -17,6 +17,7 @@ once (the fetcher's permanent exit code) and the member with ``ModelReady`` Fals
 from __future__ import annotations
 
 import hashlib
+import json
 from functools import partial
 from typing import Any, Final
 
@@ -31,6 +32,10 @@ from controlplane.controllers.inferenceservice.weights import (
     MODEL_MOUNT_DIR,
     MODEL_OF_LABEL,
 )
+from controlplane.controllers.modelcache.desired import COMPONENT as COLLECTOR
+from controlplane.controllers.modelcache.desired import COMPONENT_LABEL as COLLECTOR_LABEL
+from controlplane.controllers.modelcache.desired import DEFAULT_NAMESPACE as COLLECT_NAMESPACE
+from controlplane.controllers.modelcache.desired import job_finished
 from controlplane.modelfetch.progress import Done, parse_line
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.resources import DEPLOYMENTS, JOBS, PODS
@@ -230,10 +235,40 @@ async def test_a_pool_of_a_claims_member_and_a_downloaded_member_swaps_through_t
         # At most one member's pod at any instant (watch order), and settled: disk's pod alone.
         monitor.settle()
         monitor.check()
+        await assert_collected_on_the_node(admin, cluster, namespace)
     finally:
         monitor.stop()
         with anyio.CancelScope(shield=True):
             await remove_volume(admin, namespace)
+
+
+async def assert_collected_on_the_node(
+    admin: KubeClient, cluster: TestCluster, namespace: str
+) -> None:
+    """Once no InferenceService names web's file, the operator runs the node cache's collection
+    as a Job in ``modelpool-node-cache``: admitted there (privileged Pod Security), it runs on the
+    real node with the cache mounted and keeps the file, unused for less than the 24 h retention
+    (removal itself is proven in the local tier, with a short retention)."""
+    selector = f"{COLLECTOR_LABEL}={COLLECTOR}"
+    listed = await admin.list(JOBS, COLLECT_NAMESPACE, label_selector=selector)
+    before = {j["metadata"]["name"] for j in listed.items}
+    await admin.delete(ISVCS, "web", namespace)
+
+    async def finished() -> dict[str, Any] | None:
+        jobs = (await admin.list(JOBS, COLLECT_NAMESPACE, label_selector=selector)).items
+        done = [j for j in jobs if j["metadata"]["name"] not in before and job_finished(j)]
+        return done[0] if done else None
+
+    job = await eventually(finished, timeout=ROLLOUT_TIMEOUT, what="a collection Job finished")
+    assert job_condition(job, "Complete"), job.get("status")
+    _, out, _ = await kubectl(
+        cluster, "-n", COLLECT_NAMESPACE, "logs", f"job/{job['metadata']['name']}"
+    )
+    records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    summary = records[-1]
+    assert summary["event"] == "summary", out
+    assert summary["files"] >= 1, summary
+    assert summary["removedFiles"] == 0, records
 
 
 async def assert_started_from_the_cache(
