@@ -42,6 +42,11 @@ ISVC = InferenceService.resource()
 POOL = ModelPool.resource()
 ROUTER = ModelRouter.resource()
 TIMEOUT = 90.0
+#: The pool's bound for a held request, and the held request's own patience: the request for b
+#: waits for a's whole stream, whose length in seconds is the machine's (about 7 s alone here,
+#: 90 s and more beside the e2e tier's other workers and CI's niced kind builds, at -O1).
+SWAP_BUDGET_SECONDS = 240
+HELD_TIMEOUT = SWAP_BUDGET_SECONDS + 30.0
 #: Long enough for a stream of several thousand tokens: it keeps member a busy for seconds, while
 #: the test watches the pool defer the swap.
 CONTEXT = 8192
@@ -75,7 +80,8 @@ async def setup_pool(admin: KubeClient, namespace: str, *, kv_cache: tuple[str, 
     for name, replicas in (("a", 1), ("b", 0)):
         body = isvc_body(name, models[name], replicas, kv_cache=name in kv_cache)
         await admin.create(ISVC, body, namespace)
-    await admin.create(POOL, pool_body("gpu-0", ("a", "b"), "a", "90s"), namespace)
+    budget = f"{SWAP_BUDGET_SECONDS}s"
+    await admin.create(POOL, pool_body("gpu-0", ("a", "b"), "a", budget), namespace)
     router = {
         "apiVersion": "inference.modelpool.dev/v1alpha1",
         "kind": "ModelRouter",
@@ -182,9 +188,8 @@ async def test_a_pool_of_two_real_llama_servers_swaps_through_the_proxy_and_each
                         break
 
             async def ask_b() -> None:
-                held.append(
-                    await http.post(f"{proxy.url}/v1/chat/completions", json=chat("tiny-b"))
-                )
+                url = f"{proxy.url}/v1/chat/completions"
+                held.append(await http.post(url, json=chat("tiny-b"), timeout=HELD_TIMEOUT))
 
             group.start_soon(ask_b)
             status = await wait_pool(admin, namespace, deferred_busy, "the swap deferred")
