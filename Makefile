@@ -117,15 +117,19 @@ fuzz: venv
 # E2E_WORKERS=0 runs it in this one process.
 E2E_WORKERS ?= 4
 E2E_PARALLEL = $(if $(filter 0,$(E2E_WORKERS)),,-n $(E2E_WORKERS) --dist loadgroup)
+# Every e2e run's log ends with the durations of its tests' phases over a second, which
+# hack/durations.py sums per file (where the tiers' time goes: docs/testing.md).
+DURATIONS = --durations=0 --durations-min=1.0
 test-e2e: venv controlplane-bins jaeger-bin llama-server helm-bin prometheus-operator-crds
 	KUBEBUILDER_ASSETS="$(ASSETS)" JAEGER_BINARY="$(JAEGER)" LLAMA_SERVER_BINARY="$(LLAMA_SERVER)" \
 		HELM_BINARY="$(HELM)" PROMETHEUS_OPERATOR_CRDS="$(PROMETHEUS_OPERATOR_CRDS)" \
-		$(BIN)/pytest tests/e2e $(E2E_PARALLEL) $(PYTEST_ARGS)
+		$(BIN)/pytest tests/e2e $(E2E_PARALLEL) $(DURATIONS) $(PYTEST_ARGS)
 
 # The kind tier (docs/kind.md): the same suite with --cluster=kind. Everything it runs is built
 # by its prerequisites before pytest starts; the suite only finds it (MODELPOOL_NO_BUILD).
 test-kind: venv controlplane-bins helm-bin kind-prereqs
-	HELM_BINARY="$(HELM)" $(BIN)/pytest tests/e2e --cluster=kind --cluster-name=modelpool-e2e $(PYTEST_ARGS)
+	HELM_BINARY="$(HELM)" $(BIN)/pytest tests/e2e --cluster=kind --cluster-name=modelpool-e2e \
+		$(DURATIONS) $(PYTEST_ARGS)
 
 manifests: venv
 	hack/gen-manifests
