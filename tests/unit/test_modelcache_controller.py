@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from controlplane.api.v1alpha1.modelsource import parse_source
 from controlplane.controllers.inferenceservice.weights import (
@@ -14,9 +17,11 @@ from controlplane.controllers.modelcache.desired import (
     CACHE_MOUNT_DIR,
     CollectionSettings,
     collection_job,
+    job_node,
     named_paths,
     ready_nodes,
 )
+from controlplane.controllers.modelcache.reconciler import KEY, ModelCacheCollector
 from controlplane.controllers.modelcache.schedule import (
     RETENTION_MARGIN_SECONDS,
     CollectionSchedule,
@@ -100,3 +105,70 @@ def test_runs_come_every_interval_and_after_a_path_stops_being_named() -> None:
     assert not schedule.take_due(60.0)
     assert schedule.take_due(100.0), "the periodic run"
     assert schedule.wake_in(100.0) == 100.0
+
+
+class Store:
+    """What the collector reads of an informer: its cache's objects."""
+
+    def __init__(self, *objects: dict[str, Any]) -> None:
+        self.items = list(objects)
+
+    def objects(self) -> list[dict[str, Any]]:
+        return list(self.items)
+
+
+class Jobs:
+    """The API server as the collector writes to it: applied Jobs land in the Job cache (as
+    their watch events would bring them)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def apply(self, resource: Any, obj: dict[str, Any], **_: Any) -> dict[str, Any]:
+        self.store.items.append(obj)
+        return obj
+
+
+def ready_node(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+@pytest.mark.anyio
+async def test_a_path_no_longer_named_starts_one_job_per_node_and_never_two_on_one_node() -> None:
+    now = [1000.0]
+    isvcs, jobs = Store(isvc(URL)), Store()
+
+    async def placement() -> WeightsPlacement:
+        return WeightsPlacement()
+
+    collector = ModelCacheCollector(
+        Jobs(jobs),  # type: ignore[arg-type]
+        inference_services=SimpleNamespace(store=isvcs),  # type: ignore[arg-type]
+        pods=SimpleNamespace(store=Store()),  # type: ignore[arg-type]
+        nodes=SimpleNamespace(store=Store(ready_node("gpu-1"), ready_node("gpu-2"))),  # type: ignore[arg-type]
+        jobs=SimpleNamespace(store=jobs),  # type: ignore[arg-type]
+        settings=CollectionSettings("modelpool-node-cache", interval=3600, retention=60),
+        placement=placement,
+        clock=lambda: now[0],
+    )
+    await collector.reconcile(KEY)
+    assert jobs.items == [], "nothing is due while the file is named and the interval runs"
+
+    isvcs.items.clear()  # its InferenceService is deleted: the file is no longer named
+    await collector.reconcile(KEY)
+    assert sorted(job_node(j) or "" for j in jobs.items) == ["gpu-1", "gpu-2"]
+    assert all("--keep" not in j["spec"]["template"]["spec"]["containers"][0]["args"]
+               for j in jobs.items)  # fmt: skip
+
+    # Past the retention the second run is due, but both nodes' Jobs still run: none is added.
+    now[0] += 61 + RETENTION_MARGIN_SECONDS
+    await collector.reconcile(KEY)
+    assert len(jobs.items) == 2
+    # One finishes: its node gets the run that waited; the other's stays queued.
+    jobs.items[0]["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    await collector.reconcile(KEY)
+    assert len(jobs.items) == 3
+    assert job_node(jobs.items[2]) == job_node(jobs.items[0])

@@ -67,7 +67,7 @@ JOB_BACKOFF_LIMIT: Final = 2
 class CollectionSettings:
     """The operator's ``--model-cache-*`` flags of the collection."""
 
-    #: The operator's own namespace unless told otherwise.
+    #: Where the Jobs run (``--model-cache-collect-namespace``).
     namespace: str
     interval: float = DEFAULT_INTERVAL
     retention: float = DEFAULT_RETENTION_SECONDS
