@@ -123,7 +123,9 @@ async def test_an_edit_of_a_busy_member_no_pool_lists_waits_for_its_stream_then_
     assert {"UpdatePending", "UpdateApplied"} <= reasons, reasons
 
 
+@pytest.mark.parametrize("what", sorted(EDITS))
 async def test_an_edit_of_a_pool_resident_under_load_is_carried_out_by_the_pools_drain(
+    what: str,
     cluster: TestCluster,
     admin: KubeClient,
     operator: OperatorProcess,
@@ -156,15 +158,15 @@ async def test_an_edit_of_a_pool_resident_under_load_is_carried_out_by_the_pools
     ):
         group.start_soon(loop, http)
         async with streaming(streamer.url, "model-a") as (stream, ended):
-            pending = await edit(admin, namespace, "a")
+            pending = await edit(admin, namespace, "a", what)
             assert pending["reason"] == "WaitingForPool", pending
             assert not ended.is_set(), "the stream ended before the check: make it longer"
             running = await server_container(admin, namespace, "a")
-            assert "4096" not in running["args"], "applied while busy"
+            assert not EDITS[what][1](running), "applied while busy"
         assert stream.whole, stream
         assert stream.tokens == STREAM_TOKENS, stream
         await eventually(
-            lambda: changed_and_ready(admin, namespace, "a", old_pods),
+            lambda: changed_and_ready(admin, namespace, "a", old_pods, what),
             timeout=TIMEOUT,
             what="the edit in a's Deployment and a new pod of a Ready",
         )
