@@ -19,6 +19,7 @@ import httpx
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import ready_urls
+from controlplane.runtime.objects import status_condition
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, EVENTS, PODS
 from tests.e2e.bodies import pool_body, router_body
 from tests.e2e.clusters import TestCluster
@@ -98,9 +99,7 @@ async def streaming(url: str, model: str) -> AsyncIterator[tuple[Stream, anyio.E
 
 
 async def condition(admin: KubeClient, namespace: str, name: str, type_: str) -> dict[str, Any]:
-    found = await admin.get(ISVC, name, namespace)
-    conditions = (found.get("status") or {}).get("conditions") or ()
-    return next((c for c in conditions if c.get("type") == type_), {})
+    return dict(status_condition(await admin.get(ISVC, name, namespace), type_) or {})
 
 
 async def server_container(admin: KubeClient, namespace: str, name: str) -> dict[str, Any]:

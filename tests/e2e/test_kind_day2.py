@@ -17,7 +17,10 @@ import anyio
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService
+from controlplane.api.v1alpha1.inferenceservice import CONDITION_UPDATE_PENDING
+from controlplane.api.v1alpha1.inferenceservice import update_pending as pending_update
 from controlplane.runtime.client import KubeClient
+from controlplane.runtime.objects import status_condition
 from controlplane.runtime.resources import PODS
 from tests.e2e.clusters import TestCluster
 from tests.e2e.incluster import ROLLOUT_TIMEOUT
@@ -41,11 +44,11 @@ async def member_pods(admin: KubeClient, namespace: str, name: str) -> list[dict
 
 
 async def update_pending(admin: KubeClient, namespace: str, name: str) -> dict[str, Any] | None:
+    """The ``UpdatePending`` condition while it is True, read as the product reads it."""
     found = await admin.get(InferenceService.resource(), name, namespace)
-    for condition in (found.get("status") or {}).get("conditions") or ():
-        if condition.get("type") == "UpdatePending" and condition.get("status") == "True":
-            return dict(condition)
-    return None
+    if not pending_update(found):
+        return None
+    return dict(status_condition(found, CONDITION_UPDATE_PENDING) or {})
 
 
 async def test_kubectl_drain_of_a_busy_residents_node_waits_for_its_stream(

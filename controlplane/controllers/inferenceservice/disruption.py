@@ -26,7 +26,7 @@ one differs, and deletes what :func:`pods_leaving` names.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from controlplane.api.v1alpha1 import InferenceService
@@ -76,8 +76,6 @@ def pods_leaving(
     return leaving
 
 
-def leaving_node(pods: Iterable[Mapping[str, Any]]) -> str | None:
+def leaving_node(pods: Sequence[Mapping[str, Any]]) -> str | None:
     """The node the first of ``pods`` (from :func:`pods_leaving`) leaves, for the condition."""
-    for pod in pods:
-        return str(pod["spec"]["nodeName"])
-    return None
+    return str(pods[0]["spec"]["nodeName"]) if pods else None
