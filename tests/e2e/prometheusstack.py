@@ -224,26 +224,41 @@ def prometheus_objects(stack: Stack, scrape_interval: str = "2s") -> list[dict[s
     ]
 
 
-def labelled_monitors(stack: Stack, monitors: str) -> str:
+#: Where each monitor kind keeps its first endpoint's scrape ``interval``.
+_INTERVAL_PATHS = {
+    "ServiceMonitor": "/spec/endpoints/0/interval",
+    "PodMonitor": "/spec/podMetricsEndpoints/0/interval",
+}
+
+
+def labelled_monitors(stack: Stack, monitors: str, interval: str | None = None) -> str:
     """A kustomization over ``monitors`` (manifests/monitoring's folder, relative to the
     kustomization's: kustomize refuses an absolute one) that adds this
     Prometheus' selector label to every object's metadata (not to selectors), as a user does
-    for kube-prometheus-stack's ``release`` label (manifests/monitoring/kustomization.yaml)."""
-    return yaml.safe_dump(
-        {
-            "apiVersion": "kustomize.config.k8s.io/v1beta1",
-            "kind": "Kustomization",
-            "resources": [monitors],
-            "labels": [
-                {
-                    "pairs": {SELECTOR_LABEL: stack.selector_value},
-                    "includeSelectors": False,
-                    "includeTemplates": False,
-                }
-            ],
-        },
-        sort_keys=False,
-    )
+    for kube-prometheus-stack's ``release`` label (manifests/monitoring/kustomization.yaml).
+    ``interval`` replaces the monitors' own scrape interval (30 s), as a user's overlay would,
+    so that a test waits a few seconds for a series instead of half a minute."""
+    kustomization: dict[str, Any] = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [monitors],
+        "labels": [
+            {
+                "pairs": {SELECTOR_LABEL: stack.selector_value},
+                "includeSelectors": False,
+                "includeTemplates": False,
+            }
+        ],
+    }
+    if interval is not None:
+        kustomization["patches"] = [
+            {
+                "target": {"kind": kind},
+                "patch": yaml.safe_dump([{"op": "replace", "path": path, "value": interval}]),
+            }
+            for kind, path in _INTERVAL_PATHS.items()
+        ]
+    return yaml.safe_dump(kustomization, sort_keys=False)
 
 
 def crd_files(folder: str) -> list[str]:

@@ -3,6 +3,7 @@ binds each account only its own role, and reads Prometheus' answers strictly."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ IMAGES = MonitoringImages(
     crds="/cache/crds/prometheus-operator-v0.93.1",
 )
 STACK = Stack("monitoring-e2e", IMAGES)
+REPO = Path(__file__).resolve().parents[2]
 
 
 def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -105,6 +107,30 @@ def test_the_overlay_labels_the_monitors_metadata_not_their_selectors() -> None:
         "includeSelectors": False,
         "includeTemplates": False,
     }
+
+
+def test_the_overlay_replaces_every_monitors_own_interval_when_asked() -> None:
+    assert "patches" not in yaml.safe_load(labelled_monitors(STACK, "/m"))
+    overlay = yaml.safe_load(labelled_monitors(STACK, "/m", interval="5s"))
+    by_target = {
+        patch["target"]["kind"]: yaml.safe_load(patch["patch"]) for patch in overlay["patches"]
+    }
+    monitors = [
+        doc
+        for path in sorted((REPO / "manifests" / "monitoring").glob("*monitor*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc and doc["kind"] in ("ServiceMonitor", "PodMonitor")
+    ]
+    assert {doc["kind"] for doc in monitors} == set(by_target)
+    for doc in monitors:
+        (operation,) = by_target[doc["kind"]]
+        assert (operation["op"], operation["value"]) == ("replace", "5s")
+        # The path names the field the monitor has (a replace of a missing one fails kustomize).
+        *parents, field = operation["path"].strip("/").split("/")
+        node: Any = doc
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        assert node[field] == "30s", (doc["metadata"]["name"], operation["path"])
 
 
 def test_the_api_is_reached_through_the_governing_services_web_port() -> None:
