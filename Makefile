@@ -106,9 +106,11 @@ test: test-unit test-fuzz test-e2e
 # The edit-test loop: what needs no API server (lint, unit, fuzz), a few minutes.
 test-quick: lint test-unit test-fuzz
 
-# promtool runs the alert rules' tests (tests/unit/test_alert_rules.py).
+# promtool runs the alert rules' tests (tests/unit/test_alert_rules.py). UNIT_WORKERS=2 pytest-xdist
+# workers (0: one process): 58 s instead of 85 s on 2 cores.
+UNIT_WORKERS ?= 2
 test-unit: venv bytecode promtool-bin
-	PROMTOOL_BINARY="$(PROMTOOL)" $(BIN)/pytest tests/unit
+	PROMTOOL_BINARY="$(PROMTOOL)" $(BIN)/pytest tests/unit $(if $(filter 0,$(UNIT_WORKERS)),,-n $(UNIT_WORKERS))
 
 # The proxy's fuzzers (docs/fuzzing.md): a fixed, derandomized number of examples, well under a
 # minute; `make fuzz` draws at random for as long as FUZZ_EXAMPLES asks, keeping what it finds in

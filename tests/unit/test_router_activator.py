@@ -268,6 +268,11 @@ async def test_lease_api_errors_hold_the_request_then_503_lease_unavailable() ->
     async with running(activator):
         with pytest.raises(LeaseUnavailable) as caught:
             await activator.upstream(Route("qwen", "b", "gpu-0"))
+        # The swap's driver keeps retrying its release for a Lease duration; once the API is back
+        # the swap ends, holding nothing (without this, the test waited out those 45 s).
+        api.broken = False
+        await until(lambda: not activator.swaps, timeout=15)
+    assert holder(api) == ""
     assert int(caught.value.headers()["Retry-After"]) >= 1
     assert caught.value.code == "pool_lease_unavailable"
 
