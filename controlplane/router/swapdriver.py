@@ -78,7 +78,8 @@ from controlplane.router.schedule import PoolSchedule
 from controlplane.router.wakeups import POLL_SECONDS, Notifier
 from controlplane.runtime.tracing import traceparent_of
 
-log = logging.getLogger(__name__)
+#: The log of the activator this was split from: its lines keep their ``logger``.
+log = logging.getLogger("controlplane.router.activator")
 
 #: A claim that found the Lease held by another, or failed, is retried no sooner than this.
 CLAIM_RETRY_SECONDS = 0.25

@@ -47,7 +47,8 @@ from controlplane.runtime.resources import (
     SERVICES,
 )
 
-log = logging.getLogger(__name__)
+#: The log of the reconciler this was split from: its lines keep their ``logger``.
+log = logging.getLogger("controlplane.controllers.inferenceservice.reconciler")
 
 
 class ChildWriter:

@@ -28,7 +28,8 @@ from controlplane.runtime.errors import Conflict, NotFound
 from controlplane.runtime.informer import Informer
 from controlplane.runtime.resources import PODS
 
-log = logging.getLogger(__name__)
+#: The log of the reconciler this was split from: its lines keep their ``logger``.
+log = logging.getLogger("controlplane.controllers.inferenceservice.reconciler")
 
 #: How soon a change waiting for a member no pool lists to be idle asks ``/slots`` again: the
 #: only polling of an update, since ``/slots`` has no watch (as the pool's drain).

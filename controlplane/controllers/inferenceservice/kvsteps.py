@@ -46,7 +46,8 @@ from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
 from controlplane.runtime.resources import PODS
 
-log = logging.getLogger(__name__)
+#: The log of the reconciler this was split from: its lines keep their ``logger``.
+log = logging.getLogger("controlplane.controllers.inferenceservice.reconciler")
 
 #: Writes of ``status.kvCache`` retried on a conflict (each re-reads the live object): the record
 #: of a save must not be lost to a concurrent status write, or the restore would not find it.

@@ -46,7 +46,8 @@ from controlplane.runtime.cache import NAMESPACE_INDEX, Object
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.informer import Informer
 
-log = logging.getLogger(__name__)
+#: The log of the reconciler this was split from: its lines keep their ``logger``.
+log = logging.getLogger("controlplane.controllers.inferenceservice.reconciler")
 
 #: How long an InferenceService no pool lists waits, from when this controller first saw it,
 #: before its Deployment is first raised: ``kubectl apply -f`` of a pool and its members creates

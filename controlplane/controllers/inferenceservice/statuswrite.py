@@ -39,7 +39,8 @@ from controlplane.runtime.controller import Result
 from controlplane.runtime.errors import Conflict, NotFound
 from controlplane.runtime.events import EventRecorder
 
-log = logging.getLogger(__name__)
+#: The log of the reconciler this was split from: its lines keep their ``logger``.
+log = logging.getLogger("controlplane.controllers.inferenceservice.reconciler")
 
 #: The Ready reason of an InferenceService whose Deployment the API server refuses (a malformed
 #: ``spec.pod.affinity`` or volume source, which the CRD keeps whole).
