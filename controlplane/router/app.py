@@ -66,7 +66,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from controlplane.router import metrics
-from controlplane.router.activator import Activator, Notifier
+from controlplane.router.activator import Activator
 from controlplane.router.apikeys import ApiKeys, Verdict, check, refusal
 from controlplane.router.errors import (
     MEMBER_ERROR_MAX_BYTES,
@@ -102,6 +102,7 @@ from controlplane.router.upstream import (
     check_declared,
     whole_events,
 )
+from controlplane.router.wakeups import Notifier
 from controlplane.runtime.metrics import REGISTRY, FilteredRegistry
 from controlplane.runtime.objects import ObjectView
 

@@ -20,7 +20,7 @@ from controlplane.api.v1alpha1.activation import POOL_LABEL
 from controlplane.preflight import Component
 from controlplane.probes.health import HealthProbe
 from controlplane.process import default_identity, gate_on_preflight
-from controlplane.router.activator import Activator, Notifier
+from controlplane.router.activator import Activator
 from controlplane.router.apikeyfiles import ApiKeyFiles
 from controlplane.router.apikeys import ApiKeys
 from controlplane.router.app import ProxyContext, build_app
@@ -30,6 +30,7 @@ from controlplane.router.errors import request_refusal
 from controlplane.router.lease import LeaseCoordinator
 from controlplane.router.settings import UPSTREAM_CLIENTS, RouterProxySettings
 from controlplane.router.upstream import AiohttpUpstream, Upstream, UpstreamTimeouts
+from controlplane.router.wakeups import Notifier
 from controlplane.runtime.cache import Store
 from controlplane.runtime.coalescing import http_protocol
 from controlplane.runtime.config import ClientConfig

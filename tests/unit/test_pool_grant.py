@@ -14,10 +14,8 @@ import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
 from controlplane.api.v1alpha1.modelpool import SLOT_GRANTED, SLOT_RELEASED, member_slot
-from controlplane.controllers.inferenceservice.reconciler import (
-    UNLISTED_SETTLE_SECONDS,
-    InferenceServiceReconciler,
-)
+from controlplane.controllers.inferenceservice.reconciler import InferenceServiceReconciler
+from controlplane.controllers.inferenceservice.replicas import UNLISTED_SETTLE_SECONDS
 from controlplane.controllers.inferenceservice.status import (
     REASON_NOT_GRANTED,
     REASON_WAITING_FOR_POOLS,

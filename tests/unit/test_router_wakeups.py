@@ -10,8 +10,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from controlplane.router.activator import POLL_SECONDS
 from controlplane.router.routing import Route
+from controlplane.router.wakeups import POLL_SECONDS
 from tests.unit.activator_helpers import (
     ask_many,
     cluster,

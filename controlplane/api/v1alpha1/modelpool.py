@@ -4,6 +4,13 @@ The API server refuses a pool whose members are missing, empty or repeated, whos
 one of them, or whose ``swapBudget`` is not a positive duration, and a ``scheduling`` whose bound
 is not below the budget or whose floor is above the bound: a pool controller never has to decide
 what such a pool could mean.
+
+*Why one module of this size:* it is the whole ModelPool API in one place, as each other kind of
+ours is: the spec with its parts (members, capacity, slot server, scheduling), each field carrying
+its OpenAPI description and validation rules (most of its lines), the status with its conditions'
+vocabulary, and the few readers of a pool's status that both the controller and the router-proxy
+use (:func:`member_slot`, :func:`status_residents`, :func:`serves_from_slot_server`), so that both
+read a pool alike. Splitting it would spread one CRD's schema over several files.
 """
 
 from __future__ import annotations

@@ -13,9 +13,15 @@ along the seams its tests use:
 * :mod:`~controlplane.controllers.inferenceservice.status`: what is observed, the phase table and
   the status to write (pure);
 * :mod:`~controlplane.controllers.inferenceservice.reconciler`: the reconciler, which reads the
-  caches and writes, and :func:`setup_inference_service_controller`, which wires it from a manager.
+  caches and orders one reconcile's steps, and :func:`setup_inference_service_controller`, which
+  wires it from a manager;
+* the steps it orders, each with its own I/O: ``replicas`` (the grant), ``childwrites`` (the
+  children's writes), ``kvsteps`` (the KV cache's save and restore), ``day2`` (the idle gate of a
+  pod change or a drain), ``statuswrite`` (the status and its events), and ``watches`` (which
+  InferenceService a watched object concerns, pure).
 
-The reconciler imports the other two, never the reverse (an import-linter contract).
+The reconciler imports the steps and the pure rules, the steps import the pure rules, never the
+reverse, and no step imports another (import-linter contracts).
 """
 
 from controlplane.controllers.inferenceservice.desired import ISVC_LABEL, PORT_NAME, endpoint

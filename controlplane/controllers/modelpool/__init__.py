@@ -9,12 +9,15 @@ Split along the seams its tests use:
 * :mod:`~controlplane.controllers.modelpool.grant`: the slot grant in the pool's status
   (``status.members[].slot``), the one module the InferenceService controller reads too, so both
   read the grant alike;
-* :mod:`~controlplane.controllers.modelpool.reconciler`: the reconciler, which reads the caches,
-  probes, writes the pool's status (its decision included), and
-  :func:`setup_model_pool_controller`, which wires it from a manager.
+* :mod:`~controlplane.controllers.modelpool.reconciler`: the reconciler, which reads the caches
+  and orders one reconcile's steps, and :func:`setup_model_pool_controller`, which wires it from a
+  manager;
+* the steps it orders that do I/O or keep state: ``checks`` (the idle probes before a drain, the
+  live LIST before a grant), ``swaprecord`` (the swap's phases as spans, the events and log
+  lines), ``gauges`` (the pool's series) and ``watches`` (which pools a watched object concerns).
 
-The reconciler imports the others, never the reverse; intent, plan and grant do no I/O (both
-import-linter contracts).
+The reconciler imports the others, never the reverse; intent, plan and grant do no I/O, and no
+step imports another (import-linter contracts).
 """
 
 from controlplane.api.v1alpha1.modelpool import member_slot
@@ -31,9 +34,9 @@ from controlplane.controllers.modelpool.plan import Plan, plan_actions, pool_sta
 from controlplane.controllers.modelpool.reconciler import (
     CONTROLLER_NAME,
     ModelPoolReconciler,
-    map_lease,
     setup_model_pool_controller,
 )
+from controlplane.controllers.modelpool.watches import map_lease
 
 __all__ = [
     "CONTROLLER_NAME",

@@ -1,9 +1,13 @@
 """The ModelPool reconciler: one exclusive GPU slot shared by a pool's members (docs/modelpool.md).
 
-*Why one module of this size:* it is the I/O around pure parts that live elsewhere (the owner in
-``intent.py``, the plan and the status in ``plan.py``, the grant in ``grant.py``, the waiting
-demand in ``waiting.py``, the swap's phases in ``phases.py``); what is left, reading the caches,
-probing, writing and recording, shares one reconcile's state.
+*Why this module:* it is the orchestrator of one pool's reconcile, the one place that orders its
+steps: read the caches, choose the owner, observe the slot server, plan, prove what the plan
+needs proved, write the status, then carry the decision out on the slot server. The pure parts
+live beside it (the owner in ``intent.py``, the plan and the status in ``plan.py``, the grant in
+``grant.py``, the waiting demand in ``waiting.py``, the swap's phases in ``phases.py``), and so
+do the steps with I/O or state of their own: the idle probes and the grant's live LIST in
+``checks.py``, the spans, events and log lines a decision leaves in ``swaprecord.py``, the
+gauges in ``gauges.py``, the event maps in ``watches.py``, the slot server in ``slotruntime.py``.
 
 Each reconcile reads everything from the caches and acts in three steps:
 
@@ -12,16 +16,16 @@ Each reconcile reads everything from the caches and acts in three steps:
    else the resident (sticky), else ``default``, else nobody. Expiry of the intent is judged on our
    clock (:class:`~.intent.LeaseObserver`).
 2. **Plan** (:func:`~.plan.plan_actions`). Non-owners are released: one that serves requests
-   only after its idle probe (llama.cpp ``GET /slots``,
-   :class:`~controlplane.probes.llamacpp.SlotsProbe`) says idle on every ready endpoint; busy is
-   ``PodsBusy``, anything unproven is ``IdleCheckFailed``, and both defer the drain
+   only after its idle probe (:func:`~.checks.probe_members`) says idle on every ready endpoint;
+   busy is ``PodsBusy``, anything unproven is ``IdleCheckFailed``, and both defer the drain
    (``SwapDeferred=True``, a Warning event, a re-probe after :data:`~.plan.DEFER_REQUEUE_SECONDS`:
    ``/slots`` changes produce no watch event). The owner is granted the slot only when every
-   other member is released with its Deployment at 0 and no pod left, Terminating included. A
-   member that does not exist makes the pool Degraded and no slot is changed.
+   other member is released with its Deployment at 0 and no pod left, Terminating included
+   (:func:`~.checks.room_confirmed`, on a live LIST). A member that does not exist makes the pool
+   Degraded and no slot is changed.
 3. **Status** (:func:`~.plan.pool_status`): the decision and what was seen, in one write through
    the status subresource, only when it differs, with the cached ``resourceVersion``; events for
-   a swap started, completed or abandoned, a deferral, and degradation (:func:`~.plan.transitions`).
+   a swap started, completed or abandoned, a deferral, and degradation (:mod:`~.swaprecord`).
 
 **The pool is the only authority on its members' replicas, and its decision lives in its own
 status** (docs/modelpool.md, "grant"): ``status.members[].slot`` is ``Granted`` or ``Released``
@@ -38,63 +42,46 @@ server is told to unload and load (the orders follow the status, never precede i
 **Writes are optimistic.** The status write carries the cached ``resourceVersion``: a 409 means our
 cache was stale, and the key is requeued to decide again on the newer pool.
 
-**Driven by watches** (docs/modelpool.md): pools, their members, the members' Deployments, pods
-(``inference.modelpool.dev/inferenceservice`` label) and EndpointSlices
-(``kubernetes.io/service-name``), and pool Leases (selected by their
-``inference.modelpool.dev/pool`` label). Two timed requeues are backstops for what no watch
-reports: a deferred drain is re-probed, and a valid intent is re-checked just after it would
-expire.
-
 **Traced as part of the request that asked** (DESIGN 4.11): a reconcile that acts on a valid intent
 carrying a ``traceparent`` is a child of the activator's ``swap`` span (:meth:`trace_parent`, which
 the framework asks before it starts the ``reconcile`` span), not a root. Inside it: ``drain
 decision`` (the plan, with one ``slots probe`` per endpoint), one ``write status`` span per
-decision written (who was released, who granted),
-and the swap's waiting phases, ``wait for pods gone`` and ``owner up``, recorded with their true
-start and end (:mod:`~.phases`) under the swap's span too. A parent, not a link: a trace viewer
-draws children in the request's waterfall, where the 40 s are, while a link is a footnote.
-
-**Metrics** (:mod:`~.metrics`): the resident and phase per pool, since when it is Swapping and its
-budget, swaps completed, drain deferrals by reason, idle-probe outcomes and latency.
+decision written (who was released, who granted), and the swap's waiting phases
+(:mod:`~.swaprecord`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 
-import anyio
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelPoolStatus
-from controlplane.api.v1alpha1.activation import POOL_LABEL, pool_for_lease, pool_lease_name
-from controlplane.api.v1alpha1.demand import live_reports, pool_of_demand_lease
+from controlplane.api.v1alpha1 import InferenceService, ModelPool
+from controlplane.api.v1alpha1.activation import POOL_LABEL, pool_lease_name
+from controlplane.api.v1alpha1.demand import live_reports
 from controlplane.api.v1alpha1.inferenceservice import RUNTIME_LLAMACPP, update_pending
 from controlplane.api.v1alpha1.modelpool import (
-    DEFAULT_SWAP_BUDGET,
     PHASE_READY,
-    PHASE_SWAPPING,
-    PHASES,
     SLOT_RELEASED,
     WaitingDemand,
     member_since,
     member_slot,
-    parse_duration,
 )
 from controlplane.controllers.inferenceservice.desired import ISVC_LABEL
 from controlplane.controllers.inferenceservice.weights import WeightsPlacement
 from controlplane.controllers.inferenceservice.weightsstatus import weights_ready, weights_summary
 from controlplane.controllers.modelpool import metrics
+from controlplane.controllers.modelpool.checks import probe_members, room_confirmed
 from controlplane.controllers.modelpool.claims import claimed_elsewhere
-from controlplane.controllers.modelpool.grant import acknowledged, listed_members, lists_member
-from controlplane.controllers.modelpool.intent import LeaseObserver, Owner, choose_owner
+from controlplane.controllers.modelpool.gauges import PoolGauges
+from controlplane.controllers.modelpool.grant import acknowledged
+from controlplane.controllers.modelpool.intent import LeaseObserver, choose_owner
 from controlplane.controllers.modelpool.member import MemberState
-from controlplane.controllers.modelpool.phases import PhaseSpan, SwapPhases
 from controlplane.controllers.modelpool.plan import (
     DEFER_REQUEUE_SECONDS,
     PoolView,
@@ -105,41 +92,37 @@ from controlplane.controllers.modelpool.plan import (
     plan_actions,
     pool_status,
     requeue_result,
-    slot_allocated_since,
     status_changed,
-    transitions,
 )
 from controlplane.controllers.modelpool.residents import kept_residents, newly_resident
-from controlplane.controllers.modelpool.slotmembers import unreadable_why
 from controlplane.controllers.modelpool.slotruntime import (
     DEFAULT_POLL_SECONDS,
     DEFAULT_WAIT_SECONDS,
     SlotObservation,
     SlotRuntime,
 )
-from controlplane.controllers.modelpool.slotserver import SLOT_SERVER_LABEL, slot_server_name
+from controlplane.controllers.modelpool.swaprecord import SwapRecord
 from controlplane.controllers.modelpool.waiting import SeenReport, waiting_demand
-from controlplane.probes.idle import IdleOutcome, IdleProbe, IdleReport
+from controlplane.controllers.modelpool.watches import PoolWatches, map_lease
+from controlplane.probes.idle import IdleProbe
 from controlplane.probes.llamacpp import SlotsProbe
 from controlplane.runtime.cache import LABEL_INDEX, NAMESPACE_INDEX, Object
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.controller import Request, Result
 from controlplane.runtime.endpoints import SERVICE_NAME_LABEL, member_urls, starting_urls
-from controlplane.runtime.errors import Conflict, KubeError, NotFound
+from controlplane.runtime.errors import Conflict, NotFound
 from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
 from controlplane.runtime.manager import Manager
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, LEASES, PODS, SERVICES
 from controlplane.runtime.tracing import context_of_traceparent
-from controlplane.scheduling.budget import Budget, pool_budget
+from controlplane.scheduling.budget import pool_budget
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("controlplane.controllers.modelpool")
 
 CONTROLLER_NAME: Final = "modelpool"
 EVENT_REPORTER: Final = "modelpool-operator/modelpool"
-#: The Event of a resident drained because a change to its pod waits for the pool.
-EVENT_UPDATING_MEMBER: Final = "UpdatingMember"
 #: Probes per pool run concurrently; members are at most 32 (the API's bound).
 MAX_CONCURRENT_RECONCILES: Final = 4
 
@@ -178,10 +161,10 @@ class ModelPoolReconciler:
         self.probes = probes
         #: Pools with ``spec.slotServer``: their server's objects, reading and orders.
         self.slot_runtime = slot_runtime
-        #: The waiting phases of swaps under way, to record as spans when they end.
-        self.phases = SwapPhases()
-        #: Per pool, the resident last exported (its gauge is removed when it changes).
-        self._exported_resident: dict[str, frozenset[str]] = {}
+        #: The swaps' phases as spans, the decisions' events and log lines.
+        self.record = SwapRecord(recorder, self._swap_context)
+        #: The pools' gauges (resident, phase, since when Swapping, budget).
+        self.gauges = PoolGauges()
 
     # -- reading the caches ----------------------------------------------------------------------
 
@@ -231,20 +214,6 @@ class ModelPoolReconciler:
         """A reconcile acting on a traced intent is a child of the swap that wrote it."""
         return self._swap_context(request.namespace, request.name)
 
-    def _record_phase(self, namespace: str, pool: str, phase: PhaseSpan | None) -> None:
-        """A finished phase as a span, under the swap's span when the intent still says which,
-        else under the current reconcile."""
-        if phase is None:
-            return
-        attributes = {"k8s.namespace.name": namespace, "modelpool.pool": pool, **phase.attributes}
-        span = tracer.start_span(
-            phase.name,
-            context=self._swap_context(namespace, pool),
-            attributes=attributes,
-            start_time=phase.start_ns,
-        )
-        span.end(end_time=phase.end_ns)
-
     # -- the reconcile ---------------------------------------------------------------------------
 
     async def reconcile(self, request: Request) -> Result:
@@ -252,8 +221,8 @@ class ModelPoolReconciler:
         obj = self.pools.store.get(key)
         if obj is None:
             self._superseded.pop(key, None)
-            self.phases.forget(key)
-            self._forget_metrics(request.namespace, request.name)
+            self.record.forget(key)
+            self.gauges.forget(request.namespace, request.name)
             return Result()
         if obj["metadata"].get("resourceVersion") == self._superseded.get(key):
             # Our own status write has not reached the cache yet: deciding on the older status
@@ -295,7 +264,7 @@ class ModelPoolReconciler:
             release = list(plan.release)
             if plan.probe:
                 models_of = seen.models_of if seen is not None else {}
-                reports = await self._probe_members(members, plan.probe, models_of)
+                reports = await probe_members(self.probes, members, plan.probe, models_of)
                 blocking = {m: blocking_reports(members[m], reports[m]) for m in plan.probe}
                 release += [m for m in plan.probe if reports[m] and not blocking[m]]
                 deferral = deferral_from({m: r for m, r in blocking.items() if r})
@@ -305,17 +274,13 @@ class ModelPoolReconciler:
                 decision.set_attribute("modelpool.deferred", deferral.reason)
                 metrics.DRAIN_DEFERRALS.labels(namespace, request.name, deferral.reason).inc()
         grant = plan.grant
-        withheld = grant is not None and not await self._room_confirmed(
-            namespace, names, grant, budget, [*plan.holding, *keep]
+        withheld = grant is not None and not await room_confirmed(
+            self.client, namespace, names, grant, budget, [*plan.holding, *keep]
         )
         if withheld:
             grant = None  # the caches are behind; looked at again (the pods' events come too)
         if grant is not None:
-            self._record_phase(
-                namespace,
-                request.name,
-                self.phases.owner_may_go_up(key, grant, time.time_ns()),
-            )
+            self.record.owner_may_go_up(key, namespace, request.name, grant)
         slots = decided_slots(members, release, grant)
 
         now = datetime.now(UTC)
@@ -323,9 +288,8 @@ class ModelPoolReconciler:
         view = PoolView(members, owner, plan, deferral, now, waiting, slots, budget, keep)
         status = pool_status(pool, view)
         if status.phase == PHASE_READY:
-            phase = self.phases.owner_ready(key, status.resident_member, time.time_ns())
-            self._record_phase(namespace, request.name, phase)
-        self._export(namespace, request.name, pool.spec.swap_budget, status)
+            self.record.owner_ready(key, namespace, request.name, status.resident_member)
+        self.gauges.export(namespace, request.name, pool.spec.swap_budget, status)
         if status_changed(pool.status, status):
             previous = pool.status
             pool.status = status
@@ -347,20 +311,12 @@ class ModelPoolReconciler:
                     span.set_attribute("modelpool.outcome", "NotFound")
                     return Result()
                 span.set_attribute("modelpool.outcome", "written")
-            self._decided(key, owner.name, released, grant)
-            self._record_transitions(obj, previous, status, owner, now)
+            self.record.decided(key, owner.name, released, grant)
+            self.record.transitions(obj, previous, status, owner, now)
             resident = newly_resident(previous, status)
             if resident is not None:
                 metrics.SWAPS_COMPLETED.labels(namespace, request.name, resident).inc()
-        for name in plan.refresh:
-            if name in release:
-                note = f"{name} drained to change its pod; it is granted again once changed"
-                self.recorder.event(obj, "Normal", EVENT_UPDATING_MEMBER, "Drain", note)
-        if deferral is not None:
-            log.info("%s: %s: %s", key, deferral.reason, deferral.message)
-            self.recorder.event(obj, "Warning", deferral.reason, "Drain", deferral.message)
-        if owner.ignored is not None:
-            self.recorder.event(obj, "Warning", "IntentIgnored", "SelectOwner", owner.ignored)
+        self.record.decision_events(obj, key, plan.refresh, release, deferral, owner)
         result = requeue_result(deferral, intent, waiting=bool(status.waiting))
         if seen is not None and self.slot_runtime is not None:
             # The decision is written (or was already): the server carries it out.
@@ -386,43 +342,6 @@ class ModelPoolReconciler:
         reports = [SeenReport(wall_now - (mono_now - r.seen_at), r.demand) for r in live]
         return waiting_demand(reports, members, resident)
 
-    async def _room_confirmed(
-        self,
-        namespace: str,
-        members: Sequence[str],
-        owner: str,
-        budget: Budget | None,
-        holding: Sequence[str],
-    ) -> bool:
-        """The grant's last check, on a live LIST (a consistent read) of the other members' pods,
-        since a pod's events may reach our cache after its Deployment's: of an exclusive pool, no
-        pod of any member but ``owner`` is left; of a pool with a budget, ``owner`` fits beside
-        every member that has a pod (Terminating ones included) or holds part of the slot as the
-        caches say (``holding``)."""
-        others = sorted(m for m in members if m != owner)
-        if not others:
-            return True
-        selector = f"{ISVC_LABEL} in ({','.join(others)})"
-        try:
-            found = await self.client.list(PODS, namespace, label_selector=selector)
-        except KubeError as err:
-            log.info("%s/%s: pods not listed before the grant (%s); deciding later", namespace,
-                     owner, err)  # fmt: skip
-            return False
-        if budget is not None:
-            with_pods = {(p["metadata"].get("labels") or {}).get(ISVC_LABEL) for p in found.items}
-            occupied = {str(m) for m in with_pods if m} | set(holding)
-            if budget.fits(owner, occupied):
-                return True
-            log.info("%s/%s: not granted yet: it does not fit beside %s", namespace, owner,
-                     ", ".join(sorted(occupied)))  # fmt: skip
-            return False
-        if found.items:
-            names = ", ".join(sorted(p["metadata"]["name"] for p in found.items))
-            log.info("%s/%s: not granted yet: pods of other members remain: %s", namespace, owner,
-                     names)  # fmt: skip
-        return not found.items
-
     async def _observe_slot_server(
         self, pool: ModelPool, members: Mapping[str, MemberState]
     ) -> SlotObservation | None:
@@ -436,188 +355,6 @@ class ModelPoolReconciler:
             if (isvc := self.inference_services.store.get(f"{namespace}/{name}")) is not None
         }
         return await self.slot_runtime.observe(pool, members, isvcs)
-
-    async def _probe_members(
-        self,
-        members: Mapping[str, MemberState],
-        names: Sequence[str],
-        models_of: Mapping[str, str],
-    ) -> dict[str, list[tuple[str, IdleReport]]]:
-        """Probe every ready endpoint of each member (a starting one's starting endpoints), all
-        at once; of a member served by a slot server, about its model (``models_of``)."""
-        reports: dict[str, list[tuple[str, IdleReport]]] = {name: [] for name in names}
-
-        async def one(probe: IdleProbe, runtime: str, member: str, url: str) -> None:
-            started = time.perf_counter()
-            if (why := unreadable_why(url)) is not None:
-                reports[member].append(("slot server", IdleReport(IdleOutcome.FAILED, why)))
-                return
-            report = await probe.probe(url, member=member, model=models_of.get(member))
-            metrics.IDLE_PROBE_DURATION.labels(runtime).observe(time.perf_counter() - started)
-            metrics.IDLE_PROBES.labels(runtime, report.outcome.value).inc()
-            reports[member].append((url, report))
-
-        async with anyio.create_task_group() as group:
-            for name in names:
-                state = members[name]
-                probe = self.probes.get(state.runtime)
-                if probe is None:
-                    why = f"runtime {state.runtime!r} has no idle probe"
-                    reports[name].append(("-", IdleReport(IdleOutcome.FAILED, why)))
-                elif not state.probe_urls:
-                    why = "Ready, but no ready endpoint to probe"
-                    reports[name].append(("-", IdleReport(IdleOutcome.FAILED, why)))
-                else:
-                    for url in state.probe_urls:
-                        group.start_soon(one, probe, state.runtime, name, url)
-        for results in reports.values():
-            results.sort()
-        return reports
-
-    def _decided(
-        self,
-        key: str,
-        owner: str | None,
-        released: Sequence[str],
-        granted: str | None,
-    ) -> None:
-        """What a written status changed of the slot: the swap's phases move, and it is logged."""
-        now = time.time_ns()
-        for name in released:
-            self.phases.drained(key, name, owner, now)
-            log.info("%s: %s released: drained", key, name)
-        if granted is not None:
-            self.phases.raised(key, granted, now)
-            log.info("%s: %s granted the slot", key, granted)
-
-    # -- metrics -------------------------------------------------------------------------------
-
-    def _export(
-        self, namespace: str, pool: str, budget: str | None, status: ModelPoolStatus
-    ) -> None:
-        """The pool's gauges from the status just decided (written or unchanged)."""
-        key = f"{namespace}/{pool}"
-        residents = frozenset(status.residents)
-        for gone in self._exported_resident.get(key, frozenset()) - residents:
-            with contextlib.suppress(KeyError):
-                metrics.POOL_RESIDENT.remove(namespace, pool, gone)
-        for resident in residents:
-            metrics.POOL_RESIDENT.labels(namespace, pool, resident).set(1)
-        self._exported_resident[key] = residents
-        for phase in PHASES:
-            metrics.POOL_PHASE.labels(namespace, pool, phase).set(int(status.phase == phase))
-        since = 0.0
-        if status.phase == PHASE_SWAPPING:
-            since = _epoch_seconds(slot_allocated_since(status)) or time.time()
-        metrics.SWAPPING_SINCE.labels(namespace, pool).set(since)
-        metrics.SWAP_BUDGET.labels(namespace, pool).set(
-            parse_duration(budget, parse_duration(DEFAULT_SWAP_BUDGET, 300.0))
-        )
-
-    def _forget_metrics(self, namespace: str, pool: str) -> None:
-        """A deleted pool's series go with it."""
-        residents = self._exported_resident.pop(f"{namespace}/{pool}", frozenset())
-        removals: list[tuple[Any, tuple[str, ...]]] = [
-            (metrics.SWAPPING_SINCE, (namespace, pool)),
-            (metrics.SWAP_BUDGET, (namespace, pool)),
-            *((metrics.POOL_PHASE, (namespace, pool, phase)) for phase in PHASES),
-        ]
-        removals += [(metrics.POOL_RESIDENT, (namespace, pool, m)) for m in sorted(residents)]
-        for family, labels in removals:
-            with contextlib.suppress(KeyError):
-                family.remove(*labels)
-
-    def _record_transitions(
-        self,
-        pool: Object,
-        before: ModelPoolStatus,
-        after: ModelPoolStatus,
-        owner: Owner,
-        now: datetime,
-    ) -> None:
-        """Log and record the events of a status change (:func:`~.plan.transitions`)."""
-        key = f"{pool['metadata'].get('namespace')}/{pool['metadata']['name']}"
-        for event in transitions(before, after, owner, now):
-            if event.warning:
-                log.warning("%s: %s: %s", key, event.reason, event.message)
-            else:
-                log.info("%s: %s", key, event.message)
-            self.recorder.event(
-                pool,
-                "Warning" if event.warning else "Normal",
-                event.reason,
-                event.action,
-                event.message,
-            )
-
-    # -- mapping events to pools -----------------------------------------------------------------
-
-    def pools_with_member(self, namespace: str, member: str) -> list[Request]:
-        return [
-            Request(namespace, pool["metadata"]["name"])
-            for pool in self.pools.store.by_index(NAMESPACE_INDEX, namespace)
-            if lists_member(pool, member)
-        ]
-
-    def map_rivals(self, obj: Object) -> Iterable[Request]:
-        """A pool to the other pools of its namespace that list one of its members: which claim
-        on a shared member stands changes with it (created, deciding, deleted)."""
-        meta = obj["metadata"]
-        namespace = meta.get("namespace") or ""
-        names = set(listed_members(obj))
-        return [
-            Request(namespace, pool["metadata"]["name"])
-            for pool in self.pools.store.by_index(NAMESPACE_INDEX, namespace)
-            if pool["metadata"]["name"] != meta["name"] and names.intersection(listed_members(pool))
-        ]
-
-    def map_member(self, obj: Object) -> Iterable[Request]:
-        """An InferenceService or Deployment (same name) to the pools it is a member of; a slot
-        server's Deployment to its pool."""
-        meta = obj["metadata"]
-        namespace = meta.get("namespace") or ""
-        if pool := (meta.get("labels") or {}).get(SLOT_SERVER_LABEL):
-            return (Request(namespace, pool),)
-        return self.pools_with_member(namespace, meta["name"])
-
-    def map_slice(self, obj: Object) -> Iterable[Request]:
-        """An EndpointSlice to the pools listing its Service's member, or whose slot server's
-        Service it belongs to."""
-        meta = obj["metadata"]
-        namespace = meta.get("namespace") or ""
-        service = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
-        if not service:
-            return ()
-        slot_of = [
-            Request(namespace, pool["metadata"]["name"])
-            for pool in self.pools.store.by_index(NAMESPACE_INDEX, namespace)
-            if slot_server_name(pool["metadata"]["name"]) == service
-        ]
-        return slot_of or self.pools_with_member(namespace, service)
-
-    def map_labelled(self, label: str) -> Any:
-        def mapper(obj: Object) -> Iterable[Request]:
-            meta = obj["metadata"]
-            member = (meta.get("labels") or {}).get(label)
-            return self.pools_with_member(meta.get("namespace") or "", member) if member else ()
-
-        return mapper
-
-
-def _epoch_seconds(stamp: str | None) -> float | None:
-    """An RFC 3339 condition time as Unix seconds, or None."""
-    if not stamp:
-        return None
-    try:
-        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return None
-
-
-def map_lease(obj: Object) -> Iterable[Request]:
-    """A pool's intent, or a replica's demand report for it, is the pool's business."""
-    pool = pool_for_lease(obj) or pool_of_demand_lease(obj)
-    return (Request(obj["metadata"].get("namespace") or "", pool),) if pool else ()
 
 
 def setup_model_pool_controller(
@@ -665,16 +402,17 @@ def setup_model_pool_controller(
         probes={RUNTIME_LLAMACPP: probe or SlotsProbe()},
         slot_runtime=slot_runtime,
     )
+    watches = PoolWatches(pools.store)
     (
         manager.new_controller(
             CONTROLLER_NAME, reconciler, max_concurrent_reconciles=MAX_CONCURRENT_RECONCILES
         )
         .for_(pools)
-        .watches(pools, reconciler.map_rivals)
-        .watches(inference_services, reconciler.map_member)
-        .watches(deployments, reconciler.map_member)
-        .watches(pods, reconciler.map_labelled(ISVC_LABEL))
-        .watches(endpoint_slices, reconciler.map_slice)
+        .watches(pools, watches.map_rivals)
+        .watches(inference_services, watches.map_member)
+        .watches(deployments, watches.map_member)
+        .watches(pods, watches.map_labelled(ISVC_LABEL))
+        .watches(endpoint_slices, watches.map_slice)
         .watches(leases, map_lease)
     )
     return reconciler
