@@ -28,7 +28,7 @@ help:
 	@echo "make dev                start the local control plane and keep it running"
 	@echo "make test               unit + fuzz + e2e tests (builds the control plane on first use)"
 	@echo "make test-quick         lint + unit + fuzz: the edit-test loop, a few minutes"
-	@echo "make test-unit          unit tests only (no network)"
+	@echo "make test-unit          unit tests only (no network; UNIT_WORKERS=2 workers, 0: one process)"
 	@echo "make test-e2e           e2e tests against a real kube-apiserver + etcd"
 	@echo "                          (E2E_WORKERS=4 workers, each with its own control plane; 0: serial)"
 	@echo "make test-fuzz          the proxy's fuzzers, bounded and reproducible (part of make test)"

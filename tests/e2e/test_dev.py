@@ -129,6 +129,9 @@ ASSIGNMENT: Final = re.compile(r"^(?:export )?([A-Z][A-Z0-9_]*)=(.*)$")
 ABBREVIATED: Final = "…"
 #: The seconds one walkthrough command may take (its `kubectl wait`s have shorter timeouts).
 COMMAND_TIMEOUT = 180.0
+#: A file to append every command's output to, when set: what docs/walkthrough.md's outputs are
+#: taken from (`MODELPOOL_WALKTHROUGH_CAPTURE=walkthrough.txt pytest tests/e2e/test_dev.py`).
+CAPTURE_ENV: Final = "MODELPOOL_WALKTHROUGH_CAPTURE"
 #: The seconds the trace's spans get to arrive in Jaeger (they are exported in batches).
 TRACE_TIMEOUT = 30.0
 
@@ -212,6 +215,9 @@ class Walkthrough:
             )
         out, err = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
         assert done.returncode == 0, f"$ {command}\nexit {done.returncode}\n{out}\n{err}"
+        if capture := os.environ.get(CAPTURE_ENV):  # what the page's outputs are taken from
+            async with await anyio.open_file(capture, "a") as shown:
+                await shown.write(f"$ {command}\n{out}{err}\n")
         return out + err
 
     async def assign(self, name: str, value: str) -> None:
