@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import shutil
 import ssl
 import tempfile
@@ -46,9 +47,15 @@ ADMIN_USER = "admin"
 ADMIN_GROUPS = ("system:masters",)
 HOST = "127.0.0.1"
 
-_NO_VERIFY = ssl.create_default_context()
-_NO_VERIFY.check_hostname = False
-_NO_VERIFY.verify_mode = ssl.CERT_NONE
+
+@functools.cache
+def _no_verify() -> ssl.SSLContext:
+    """For the health polls of a server whose certificate is ours; built on first use, not at
+    import (the node stand-in imports this package for its PKI and never polls)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 class ControlPlane:
@@ -261,7 +268,7 @@ class ControlPlane:
         def healthy() -> bool:
             try:
                 # Its serving certificate is self-signed; only liveness is asked here.
-                return httpx.get(url, verify=_NO_VERIFY, timeout=1.0).status_code == 200
+                return httpx.get(url, verify=_no_verify(), timeout=1.0).status_code == 200
             except httpx.HTTPError:
                 return False
 

@@ -18,6 +18,7 @@ import anyio
 import httpx
 
 from controlplane.probes.slotserver import ModelStatus, SlotServerClient, SlotServerError
+from controlplane.runtime.tls import default_tls_context
 
 HEALTH_PATH: Final = "/health"
 #: How long one probe may take, connect included (``--direct-health-timeout``).
@@ -38,7 +39,9 @@ class HealthProbe:
         timeout: float = DEFAULT_HEALTH_TIMEOUT_SECONDS,
     ) -> None:
         self.timeout = timeout
-        self._client = client or httpx.AsyncClient(timeout=timeout, trust_env=False)
+        self._client = client or httpx.AsyncClient(
+            timeout=timeout, trust_env=False, verify=default_tls_context()
+        )
         #: A slot server's ``/models``, on the same connection pool.
         self._models = SlotServerClient(self._client, timeout=timeout)
 

@@ -29,6 +29,7 @@ import msgspec
 from opentelemetry import propagate, trace
 
 from controlplane.probes.idle import IdleOutcome, IdleReport
+from controlplane.runtime.tls import default_tls_context
 
 tracer = trace.get_tracer("controlplane.probes.llamacpp")
 
@@ -117,7 +118,9 @@ class SlotsProbe:
         timeout: float = SLOTS_PROBE_TIMEOUT_SECONDS,
     ) -> None:
         self.timeout = timeout
-        self._client = client or httpx.AsyncClient(timeout=timeout, trust_env=False)
+        self._client = client or httpx.AsyncClient(
+            timeout=timeout, trust_env=False, verify=default_tls_context()
+        )
 
     async def aclose(self) -> None:
         await self._client.aclose()

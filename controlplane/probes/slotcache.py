@@ -36,6 +36,7 @@ import msgspec
 from opentelemetry import propagate, trace
 
 from controlplane.probes.llamacpp import MAX_SLOTS_BODY_BYTES, SLOTS_PATH
+from controlplane.runtime.tls import default_tls_context
 
 tracer = trace.get_tracer("controlplane.probes.slotcache")
 
@@ -209,7 +210,7 @@ class SlotCacheClient:
     """
 
     def __init__(self, client: httpx.AsyncClient | None = None) -> None:
-        self._client = client or httpx.AsyncClient(trust_env=False)
+        self._client = client or httpx.AsyncClient(trust_env=False, verify=default_tls_context())
 
     async def aclose(self) -> None:
         await self._client.aclose()

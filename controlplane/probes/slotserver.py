@@ -25,6 +25,8 @@ import anyio
 import httpx
 import msgspec
 
+from controlplane.runtime.tls import default_tls_context
+
 MODELS_PATH: Final = "/models"
 LOAD_PATH: Final = "/models/load"
 UNLOAD_PATH: Final = "/models/unload"
@@ -126,7 +128,9 @@ class SlotServerClient:
         timeout: float = SLOT_SERVER_TIMEOUT_SECONDS,
     ) -> None:
         self.timeout = timeout
-        self._client = client or httpx.AsyncClient(timeout=timeout, trust_env=False)
+        self._client = client or httpx.AsyncClient(
+            timeout=timeout, trust_env=False, verify=default_tls_context()
+        )
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -49,6 +49,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from controlplane.runtime.tls import default_tls_context
 from controlplane.sim import payloads
 from controlplane.sim.app import JSONBody
 from controlplane.sim.errors import InvalidRequest, MalformedJSON, RouteNotFound, SimError
@@ -103,7 +104,7 @@ class RouterModels:
     def __init__(self, settings: RouterSettings, group: TaskGroup) -> None:
         self.settings = settings
         self._group = group
-        self._http = httpx.AsyncClient(timeout=None, trust_env=False)
+        self._http = httpx.AsyncClient(timeout=None, trust_env=False, verify=default_tls_context())
         self.models = {
             name: _Model(path, child_argv(name, path, settings.child_flags))
             for name, path in scan_models_dir(settings.models_dir).items()

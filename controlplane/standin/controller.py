@@ -141,6 +141,7 @@ from controlplane.runtime.informer import Informer
 from controlplane.runtime.manager import Manager
 from controlplane.runtime.objects import Object, node_cordoned
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, NODES, PODS, SERVICES
+from controlplane.runtime.tls import default_tls_context
 from controlplane.standin.builders import (
     MANAGED_SELECTOR,
     NODE_NAME,
@@ -227,7 +228,7 @@ class NodeStandIn:
         self._applied_slices: dict[str, bytes] = {}
         self._forwarders: dict[str, ServiceForwarder] = {}  # by Service key
         self._group: TaskGroup | None = None
-        self._http = httpx.AsyncClient(timeout=HEALTH_TIMEOUT_SECONDS)
+        self._http = httpx.AsyncClient(timeout=HEALTH_TIMEOUT_SECONDS, verify=default_tls_context())
 
     def _role(self, deployment: Mapping[str, Any]) -> PodRole | None:
         role = pod_role(deployment)

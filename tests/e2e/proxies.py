@@ -17,6 +17,7 @@ from controlplane.controllers.rbac import ROUTER_PROXY_RULES
 from controlplane.local.system import RouterProxyProcess, kubeconfig_for_token
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.resources import ROLE_BINDINGS, ROLES, SERVICE_ACCOUNTS
+from controlplane.runtime.tls import default_tls_context
 from tests.e2e.clusters import TestCluster
 from tests.e2e.kubectl import REPO
 from tests.e2e.operator_process import LocalProcess, service_account_token
@@ -114,7 +115,7 @@ async def run_proxies(
         for i in range(count)
     ]
     started.extend(proxies)
-    async with httpx.AsyncClient(timeout=5) as http:
+    async with httpx.AsyncClient(verify=default_tls_context(), timeout=5) as http:
         for proxy in proxies:
 
             async def ready(proxy: RouterProxyProcess = proxy) -> bool:

@@ -20,6 +20,7 @@ import httpx
 from controlplane.api.v1alpha1.activation import claimed, new_pool_lease
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.resources import LEASES, PODS
+from controlplane.runtime.tls import default_tls_context
 from controlplane.scheduling.policy import Settings, wait_bound
 from tests.e2e.bodies import pool_body, router_body
 from tests.e2e.clusters import TestCluster
@@ -95,7 +96,10 @@ async def test_a_member_that_fits_comes_up_beside_the_busy_resident_and_one_that
     proxies = await start_proxies(cluster, admin, namespace, tmp_path, started, 2)
     bound = wait_bound(SETTINGS, members=3, drain=2.0, swap=SWAP_ALLOWANCE)
     tenant = Tenant(proxies[0], "model-a")
-    async with httpx.AsyncClient(timeout=bound + 30) as http, anyio.create_task_group() as group:
+    async with (
+        httpx.AsyncClient(verify=default_tls_context(), timeout=bound + 30) as http,
+        anyio.create_task_group() as group,
+    ):
         group.start_soon(tenant.run, http)
         await anyio.sleep(1.0)
         b = await ask(http, proxies[1], "model-b")

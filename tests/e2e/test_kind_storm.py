@@ -66,6 +66,7 @@ from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import KubeError
 from controlplane.runtime.resources import LEASES, PODS, SERVICES
+from controlplane.runtime.tls import default_tls_context
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.incluster import (
@@ -195,7 +196,9 @@ async def answering(url: str) -> None:
     async def answered() -> bool:
         nonlocal streak
         try:
-            async with httpx.AsyncClient(timeout=2, trust_env=False) as http:
+            async with httpx.AsyncClient(
+                verify=default_tls_context(), timeout=2, trust_env=False
+            ) as http:
                 response = await http.get(f"{url}/readyz")
             streak = streak + 1 if response.status_code == 200 else 0
         except httpx.TransportError:

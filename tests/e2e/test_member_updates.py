@@ -21,6 +21,7 @@ import pytest
 
 from controlplane.api.v1alpha1 import ModelPool
 from controlplane.runtime.client import KubeClient
+from controlplane.runtime.tls import default_tls_context
 from tests.e2e.clusters import TestCluster
 from tests.e2e.memberstreams import (
     ISVC,
@@ -153,7 +154,7 @@ async def test_an_edit_of_a_pool_resident_under_load_is_carried_out_by_the_pools
             answers.append((reply.status_code, time.monotonic() - asked, str(model)))
 
     async with (
-        httpx.AsyncClient(timeout=90, trust_env=False) as http,
+        httpx.AsyncClient(verify=default_tls_context(), timeout=90, trust_env=False) as http,
         anyio.create_task_group() as group,
     ):
         group.start_soon(loop, http)

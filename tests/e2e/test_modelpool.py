@@ -38,6 +38,7 @@ from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, EVENTS, LEASES, PODS
+from controlplane.runtime.tls import default_tls_context
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.operator_process import (
@@ -201,14 +202,14 @@ async def release_lease(admin: KubeClient, namespace: str, pool: str) -> None:
 
 
 async def set_slots_mode(url: str, mode: str) -> None:
-    async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
+    async with httpx.AsyncClient(verify=default_tls_context(), timeout=10, trust_env=False) as http:
         response = await http.post(f"{url}/sim/slots-mode", json={"mode": mode})
     assert response.status_code == 200, response.text
 
 
 async def chat(url: str, model: str) -> str:
     body = {"model": model, "messages": [{"role": "user", "content": "hello pool"}]}
-    async with httpx.AsyncClient(timeout=30, trust_env=False) as http:
+    async with httpx.AsyncClient(verify=default_tls_context(), timeout=30, trust_env=False) as http:
         response = await http.post(f"{url}/v1/chat/completions", json=body)
     assert response.status_code == 200, response.text
     return str(response.json()["model"])
@@ -224,7 +225,7 @@ async def stream_in_flight(url: str, model: str) -> AsyncIterator[None]:
     body = {"model": model, "messages": [{"role": "user", "content": "keep going"}],
             "stream": True, "max_tokens": 400, "ignore_eos": True}  # fmt: skip
     async with (
-        httpx.AsyncClient(timeout=30, trust_env=False) as http,
+        httpx.AsyncClient(verify=default_tls_context(), timeout=30, trust_env=False) as http,
         http.stream("POST", f"{url}/v1/chat/completions", json=body) as response,
     ):
         assert response.status_code == 200

@@ -22,6 +22,7 @@ from controlplane.preflight import EXIT_DENIED
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import LEASES, SERVICE_ACCOUNTS
+from controlplane.runtime.tls import default_tls_context
 from tests.e2e.clusters import TestCluster
 from tests.e2e.kubectl import REPO, install
 from tests.e2e.operator_process import (
@@ -49,7 +50,9 @@ async def test_operator_becomes_ready_leads_and_releases_on_sigterm(
     operator = OperatorProcess(kubeconfig, tmp_path, lease, "operator-0", cwd=REPO)
     processes.append(operator)
 
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{operator.probe_port}") as probes:
+    async with httpx.AsyncClient(
+        verify=default_tls_context(), base_url=f"http://127.0.0.1:{operator.probe_port}"
+    ) as probes:
 
         async def ready() -> bool:
             return (await probes.get("/readyz")).status_code == 200

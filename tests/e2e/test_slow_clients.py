@@ -43,6 +43,7 @@ from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.api.v1alpha1.activation import pool_lease_name
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.resources import LEASES
+from controlplane.runtime.tls import default_tls_context
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.operator_process import LocalProcess, OperatorProcess, metric_sum, start_node
@@ -130,7 +131,7 @@ async def watch_pool_lease(admin: KubeClient, namespace: str, seen: list[LeaseSe
 
 async def normal_requests(url: str, statuses: list[int]) -> None:
     """Requests for d, one after another, until cancelled."""
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx.AsyncClient(verify=default_tls_context(), timeout=30) as http:
         while True:
             answer = await http.post(f"{url}/v1/chat/completions", json=chat("model-d"))
             statuses.append(answer.status_code)
