@@ -49,7 +49,6 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from controlplane.runtime.tls import default_tls_context
 from controlplane.sim import payloads
 from controlplane.sim.app import JSONBody
 from controlplane.sim.errors import InvalidRequest, MalformedJSON, RouteNotFound, SimError
@@ -104,7 +103,7 @@ class RouterModels:
     def __init__(self, settings: RouterSettings, group: TaskGroup) -> None:
         self.settings = settings
         self._group = group
-        self._http = httpx.AsyncClient(timeout=None, trust_env=False, verify=default_tls_context())
+        self._http = httpx.AsyncClient(timeout=None, trust_env=False)
         self.models = {
             name: _Model(path, child_argv(name, path, settings.child_flags))
             for name, path in scan_models_dir(settings.models_dir).items()
