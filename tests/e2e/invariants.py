@@ -77,9 +77,13 @@ SAMPLE_INTERVAL_SECONDS: Final = 0.015
 #: A sample may use at most 1/CPU_SHARE_INVERSE of a core: the sleep is at least this many times
 #: the sample's own duration.
 CPU_SHARE_INVERSE: Final = 9
-#: A process without an identity is re-read for this long: between fork and exec a child still
-#: has its parent's environment.
+#: A process without an identity is re-read for this long, and at least IDENTIFY_RETRY_READS
+#: times: between fork and exec a child still has its parent's environment. The count matters on a
+#: loaded machine, where the sampler slows down (it sleeps nine times a sample's duration) and one
+#: second may hold a single sample: a member first seen before its exec was then never read again,
+#: and the monitor was blind to it (a CI run with the kind tier beside the e2e tier).
 IDENTIFY_RETRY_SECONDS: Final = 1.0
+IDENTIFY_RETRY_READS: Final = 5
 #: How long the settle check waits for a swap in flight to end.
 SETTLE_TIMEOUT_SECONDS: Final = 45.0
 #: How long :meth:`PoolInvariantMonitor.start` waits for the watches' first lists.
@@ -191,6 +195,7 @@ class _Proc:
 @dataclass
 class _Unknown:
     first_seen: float
+    reads: int = 1
 
 
 @dataclass
@@ -658,7 +663,11 @@ class PoolInvariantMonitor:
         live: dict[int, _Proc] = {}
         for pid in pids:
             entry = known.get(pid)
-            if isinstance(entry, _Unknown) and now - entry.first_seen > IDENTIFY_RETRY_SECONDS:
+            if (
+                isinstance(entry, _Unknown)
+                and now - entry.first_seen > IDENTIFY_RETRY_SECONDS
+                and entry.reads >= IDENTIFY_RETRY_READS
+            ):
                 continue
             stat = _read_stat(pid)
             if stat is None:
@@ -669,7 +678,9 @@ class PoolInvariantMonitor:
             if not isinstance(entry, _Proc):
                 identity = _read_identity(pid, self.namespace, self._models)
                 if identity is None or not identity[0].startswith(prefix):
-                    if not isinstance(entry, _Unknown):
+                    if isinstance(entry, _Unknown):
+                        entry.reads += 1
+                    else:
                         known[pid] = _Unknown(now)
                     continue
                 entry = _Proc(pid, identity[0], identity[1], ticks)

@@ -11,8 +11,13 @@ a held Lease asks for, and report the held Lease when asked to.
 
 from __future__ import annotations
 
+import ssl
+import subprocess
+import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,8 +26,10 @@ from controlplane.api.v1alpha1 import ModelPool
 from controlplane.api.v1alpha1.activation import TARGET_ANNOTATION, pool_lease_name
 from controlplane.controllers.inferenceservice import ISVC_LABEL
 from controlplane.runtime.client import KubeClient
+from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.resources import LEASES, PODS
 from controlplane.standin.process import SimulatorProcess, identity_env, simulator_argv
+from tests.e2e import invariants
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.invariants import PoolInvariantMonitor, PoolInvariantViolated
@@ -172,3 +179,40 @@ async def test_settling_names_a_member_left_running_for_nobody_and_a_held_lease(
     finally:
         monitor.stop()
     assert [v.kind for v in monitor.violations] == ["unrequested", "lease-held"]
+
+
+def test_a_process_first_seen_before_its_exec_is_identified_by_a_slowed_sampler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a loaded machine the sampler slows down (it sleeps nine times a sample's duration), so
+    one second may hold a single sample. A member first read before its exec (its parent's
+    environment, no identity) must still be read again until it shows one: a CI run missed a
+    member this way. Here every sample is two seconds after the last, and the identity appears
+    on the third read."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        monitor = PoolInvariantMonitor(
+            ClientConfig("https://127.0.0.1:1", ssl.create_default_context()), "ns"
+        )
+        reads = 0
+        real_read = invariants._read_identity
+
+        def read_identity(pid: int, namespace: str, models: Any) -> tuple[str, str] | None:
+            nonlocal reads
+            if pid != child.pid:
+                return real_read(pid, namespace, models)
+            reads += 1
+            return ("ns/d", "ns/d-0") if reads >= 3 else None
+
+        clock = [1000.0]
+        monkeypatch.setattr(invariants, "_read_identity", read_identity)
+        clocks = SimpleNamespace(monotonic=lambda: clock[0], perf_counter=time.perf_counter)
+        monkeypatch.setattr(invariants, "time", clocks)
+        for _ in range(invariants.IDENTIFY_RETRY_READS):
+            monitor._sample()
+            clock[0] += 2.0
+        assert reads == 3
+        assert [p.member for p in monitor._live.values()] == ["ns/d"]
+    finally:
+        child.kill()
+        child.wait()
