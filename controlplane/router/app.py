@@ -69,7 +69,6 @@ from starlette.types import Receive, Scope, Send
 from controlplane.router import metrics
 from controlplane.router.activator import Activator
 from controlplane.router.apikeys import ApiKeys, Verdict, check, refusal
-from controlplane.router.clientgone import ClientGone, while_client_stays
 from controlplane.router.errors import (
     MEMBER_ERROR_MAX_BYTES,
     InvalidRequest,
@@ -267,6 +266,10 @@ async def _read_error_body(upstream: UpstreamAnswer) -> bytes:
     return _decoded(raw, encoding) if encoding else raw
 
 
+class ClientGone(Exception):
+    """The client disconnected before its request body was read: nobody to answer."""
+
+
 class AnswerCut(Exception):
     """A streamed answer that is not an event stream failed after its head was sent: the only
     honest signal left is to close the connection without the body's end, so the client sees an
@@ -419,27 +422,20 @@ class ProxyApp:
             span.set_attribute("modelpool.member", route.member)
             span.set_attribute("modelpool.pool", route.pool or "")
             if self._keeps_alive(route, body):
-                status, reason = await while_client_stays(
-                    receive,
-                    lambda: serve_held_stream(
-                        send,
-                        lambda: self._dispatch(path, headers, route, raw),
-                        member=route.member,
-                        interval=context.held_stream_keepalive,
-                        expected_in=lambda: self.activator.expected_in(
-                            str(route.pool), route.member
-                        ),
-                        max_answer_bytes=context.max_answer_bytes,
-                    ),
+                status, reason = await serve_held_stream(
+                    send,
+                    lambda: self._dispatch(path, headers, route, raw),
+                    member=route.member,
+                    interval=context.held_stream_keepalive,
+                    expected_in=lambda: self.activator.expected_in(str(route.pool), route.member),
+                    max_answer_bytes=context.max_answer_bytes,
                 )
                 span.set_attribute("modelpool.reason", reason)
                 audit(
                     model, status, reason, "held stream", successes_at_info=context.audit_successes
                 )
                 return
-            upstream, url, release = await while_client_stays(
-                receive, lambda: self._dispatch(path, headers, route, raw)
-            )
+            upstream, url, release = await self._dispatch(path, headers, route, raw)
         except ProxyError as err:
             await _error(err, model or "-")(scope, receive, send)
             return
