@@ -13,7 +13,6 @@ Every test runs under the pool invariant monitor (never two members with a proce
 
 from __future__ import annotations
 
-import contextlib
 import random
 import time
 from collections.abc import Mapping
@@ -24,11 +23,8 @@ import anyio
 import httpx
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
-from controlplane.api.v1alpha1.activation import POOL_LABEL
-from controlplane.api.v1alpha1.demand import DEMAND_ANNOTATION, pool_of_demand_lease
 from controlplane.local.system import RouterProxyProcess
 from controlplane.runtime.client import KubeClient
-from controlplane.runtime.resources import LEASES
 from controlplane.runtime.tls import default_tls_context
 from controlplane.scheduling.policy import Settings, wait_bound
 from tests.e2e.bodies import pool_body, router_body
@@ -299,58 +295,3 @@ async def test_a_higher_priority_member_goes_first_and_a_lower_one_still_meets_i
     assert c.ended < b.ended, f"b (priority 0) was served before c (priority 10): {b} {c}"
     assert b.waited <= bound, f"b waited {b.waited:.1f} s; its bound is {bound:.1f} s"
     assert_all_answered([tenant], bound)
-
-
-async def test_clients_that_leave_leave_no_demand_behind(
-    cluster: TestCluster,
-    admin: KubeClient,
-    operator: OperatorProcess,
-    namespace: str,
-    tmp_path: Path,
-    started: list[LocalProcess],
-) -> None:
-    """Issue 40: a report must never count a request that is no longer held or in flight. Clients
-    ask for the resident a and for the parked b, and every one of them leaves (its connection
-    cut) before its answer: a's requests while the member computes them, b's while they are
-    held. Once they are gone, every replica's demand report reads empty within one report
-    period past the activity window, and nothing swaps the pool to b."""
-    start_node(
-        cluster, tmp_path, started, namespace=namespace, load_seconds=1.0, token_seconds=0.05
-    )
-    await setup_pool(admin, namespace, ("a", "b"), {"maxWait": "30s", "minResidency": "60s"})
-    proxies = await start_proxies(cluster, admin, namespace, tmp_path, started, 2)
-
-    async def leaves(proxy: RouterProxyProcess, model: str) -> None:
-        """A request that takes about 10 s to answer, cut by its client after 1 s."""
-        async with httpx.AsyncClient(verify=default_tls_context(), timeout=1.0) as http:
-            with contextlib.suppress(httpx.TimeoutException):
-                await http.post(
-                    f"{proxy.url}/v1/chat/completions", json=chat(model, max_tokens=200)
-                )
-
-    async with anyio.create_task_group() as group:
-        for proxy in proxies:
-            for model in ("model-a", "model-a", "model-b"):
-                group.start_soon(leaves, proxy, model)
-    gone = time.monotonic()
-
-    async def reports() -> dict[str, str]:
-        """Each replica's demand report of gpu-0: its annotation, by Lease name."""
-        leases = await admin.list(LEASES, namespace, label_selector=f"{POOL_LABEL}=gpu-0")
-        return {
-            lease["metadata"]["name"]: (lease["metadata"].get("annotations") or {}).get(
-                DEMAND_ANNOTATION, ""
-            )
-            for lease in leases.items
-            if pool_of_demand_lease(lease) == "gpu-0"
-        }
-
-    async def empty() -> bool:
-        found = await reports()
-        return len(found) == len(proxies) and all(text in ("", "{}") for text in found.values())
-
-    # The activity window (2 s) and one report interval (0.5 s), with room for a loaded machine.
-    await eventually(empty, timeout=15.0, what="every demand report empty", interval=0.2)
-    took = time.monotonic() - gone
-    assert took <= 10.0, f"demand outlived its clients by {took:.1f} s: {await reports()}"
-    assert await resident(admin, namespace) == "a", "the pool swapped for clients that had left"
