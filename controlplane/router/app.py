@@ -55,7 +55,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import anyio
 from opentelemetry import propagate, trace
 from prometheus_client import make_asgi_app
 from starlette.applications import Starlette
@@ -95,7 +94,6 @@ from controlplane.router.routing import (
 )
 from controlplane.router.routing import Route as BackendRoute
 from controlplane.router.upstream import (
-    CLOSE_TIMEOUT_SECONDS,
     DEFAULT_MAX_ANSWER_BYTES,
     Upstream,
     UpstreamAnswer,
@@ -450,83 +448,66 @@ class ProxyApp:
             if closed:
                 return
             closed = True
-            try:
-                await upstream.aclose()
-            finally:
-                release()
-                if streaming:
-                    audit(model, status, outcome[0], successes_at_info=context.audit_successes)
+            await upstream.aclose()
+            release()
+            if streaming:
+                audit(model, status, outcome[0], successes_at_info=context.audit_successes)
 
         streaming = False
+        status, answer_headers = upstream.status, upstream.headers
+        span.set_attribute("http.response.status_code", status)
+        span.set_attribute("modelpool.reason", "upstream")
+        rewrite = _rewrites_error(status, answer_headers)
+        whole = rewrite or _whole(answer_headers)
         try:
-            status, answer_headers = upstream.status, upstream.headers
-            span.set_attribute("http.response.status_code", status)
-            span.set_attribute("modelpool.reason", "upstream")
-            rewrite = _rewrites_error(status, answer_headers)
-            whole = rewrite or _whole(answer_headers)
-            try:
-                check_declared(
-                    upstream, context.max_answer_bytes
-                )  # an error's too, whatever its size
-                if whole:
-                    answer = await (_read_error_body(upstream) if rewrite else upstream.read())
-            except UpstreamFailure as err:  # the member failed before we answered: one error
-                await close()
-                failed = upstream_error(route.member, url, err.kind, str(err))
-                await _error(failed, model)(scope, receive, send)
-                return
+            check_declared(upstream, context.max_answer_bytes)  # an error's too, whatever its size
             if whole:
+                answer = await (_read_error_body(upstream) if rewrite else upstream.read())
+        except UpstreamFailure as err:  # the member failed before we answered: one error
+            await close()
+            failed = upstream_error(route.member, url, err.kind, str(err))
+            await _error(failed, model)(scope, receive, send)
+            return
+        if whole:
+            await close()
+            audit(model, status, "upstream", successes_at_info=context.audit_successes)
+            if rewrite:
+                kept = {k: v for k, v in answer_headers.items() if k == "cache-control"}
+                encoded, answer = _json(member_error_body(answer, status), kept)
+                await _send_whole(send, status, encoded, answer)
+            else:
+                await _send_whole(send, status, _response_headers(answer_headers), answer)
+            return
+
+        streaming = True
+        events = answer_headers.get("content-type", "").startswith("text/event-stream")
+
+        async def passthrough() -> AsyncIterator[bytes]:
+            """The member's body as it comes; a failure after the head ends an event stream
+            with one error event, and cuts any other body short (:class:`AnswerCut`)."""
+            chunks = bounded_chunks(upstream, context.max_answer_bytes)
+            try:
+                async for chunk in whole_events(chunks) if events else chunks:
+                    yield chunk
+                outcome[0] = "upstream"
+            except UpstreamFailure as err:
+                failed = upstream_error(route.member, url, err.kind, str(err))
+                outcome[0] = failed.code
+                span.set_attribute("modelpool.reason", failed.code)
+                log.info("%s: %s", "stream ended with an error" if events else "answer cut", failed)
+                if not events:
+                    raise AnswerCut(failed.message) from err
+                yield error_event(failed.body())
+            finally:
                 await close()
-                audit(model, status, "upstream", successes_at_info=context.audit_successes)
-                if rewrite:
-                    kept = {k: v for k, v in answer_headers.items() if k == "cache-control"}
-                    encoded, answer = _json(member_error_body(answer, status), kept)
-                    await _send_whole(send, status, encoded, answer)
-                else:
-                    await _send_whole(send, status, _response_headers(answer_headers), answer)
-                return
 
-            streaming = True
-            events = answer_headers.get("content-type", "").startswith("text/event-stream")
-
-            async def passthrough() -> AsyncIterator[bytes]:
-                """The member's body as it comes; a failure after the head ends an event stream
-                with one error event, and cuts any other body short (:class:`AnswerCut`)."""
-                chunks = bounded_chunks(upstream, context.max_answer_bytes)
-                try:
-                    async for chunk in whole_events(chunks) if events else chunks:
-                        yield chunk
-                    outcome[0] = "upstream"
-                except UpstreamFailure as err:
-                    failed = upstream_error(route.member, url, err.kind, str(err))
-                    outcome[0] = failed.code
-                    span.set_attribute("modelpool.reason", failed.code)
-                    log.info(
-                        "%s: %s", "stream ended with an error" if events else "answer cut", failed
-                    )
-                    if not events:
-                        raise AnswerCut(failed.message) from err
-                    yield error_event(failed.body())
-                finally:
-                    await close()
-
-            streamed = StreamingResponse(
-                passthrough(),
-                status_code=status,
-                headers={
-                    k: v for k, v in answer_headers.items() if k in FORWARDED_RESPONSE_HEADERS
-                },
-                background=BackgroundTask(close),
-            )
-            await streamed(scope, receive, send)  # watches for the client leaving mid-stream
-        finally:
-            if not closed:
-                # The client left (this task is cancelled) or the answer failed before it was
-                # closed: the request no longer counts as in flight, whatever happened. Otherwise
-                # the member stays "active" in this replica's demand report for good, and the
-                # pool swaps back to it for nobody (issue 40).
-                with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT_SECONDS):
-                    await close()
+        streamed = StreamingResponse(
+            passthrough(),
+            status_code=status,
+            headers={k: v for k, v in answer_headers.items() if k in FORWARDED_RESPONSE_HEADERS},
+            background=BackgroundTask(close),
+        )
+        await streamed(scope, receive, send)  # watches for the client leaving mid-stream
 
     def _keeps_alive(self, route: BackendRoute, body: Mapping[str, Any]) -> bool:
         """A streamed request for a pool member that is not ready, with keep-alive on: it is
@@ -568,9 +549,6 @@ class ProxyApp:
                 unsent = isinstance(cause, UpstreamFailure) and cause.unsent
                 if route.pool is None or not unsent or attempts >= UNSENT_RETRIES:
                     raise
-            except BaseException:  # cancelled (the client left) or unforeseen: it counts no more
-                release()
-                raise
             attempts += 1
             log.info("%s at %s took no request (stopping?); asking again", route.member, url)
             change = self.activator.notifier.snapshot()

@@ -36,7 +36,6 @@ from controlplane.router.errors import (
     upstream_error,
 )
 from controlplane.router.upstream import (
-    CLOSE_TIMEOUT_SECONDS,
     DEFAULT_MAX_ANSWER_BYTES,
     UpstreamAnswer,
     UpstreamFailure,
@@ -110,30 +109,16 @@ async def serve_held_stream(
                 group.cancel_scope.cancel()
                 break
     if gone is not None:
-        for result in outcome:  # the member answered as the client left: nobody reads it
-            if not isinstance(result, ProxyError):
-                await _close(result)
         raise gone
     (result,) = outcome
     if isinstance(result, ProxyError):
         await _body(send, error_event(result.body()), more=False)
         return result.status, result.code
-    upstream, url, _ = result
+    upstream, url, release = result
     try:
         return await _relay(send, upstream, member, url, max_answer_bytes)
     finally:
-        await _close(result)
-
-
-async def _close(dispatched: Dispatched) -> None:
-    """Close a member's answer and release its in-flight count, even when this task is being
-    cancelled (the client left): an unreleased count keeps the member "active" in this replica's
-    demand report for good, and the pool swaps back to it for nobody (issue 40)."""
-    upstream, _, release = dispatched
-    try:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT_SECONDS):
-            await upstream.aclose()
-    finally:
+        await upstream.aclose()
         release()
 
 

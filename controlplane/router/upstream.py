@@ -44,9 +44,6 @@ CONNECTIONS_PER_HOST: Final = 256
 DEFAULT_MAX_ANSWER_BYTES: Final = 1024 * 1024 * 1024
 #: Parsed member URLs kept (members come and go: the memo is emptied past this).
 URLS_KEPT: Final = 256
-#: How long closing an answer may take once its client has left: the close is shielded from the
-#: cancellation, so it needs a bound of its own; the request's in-flight count goes either way.
-CLOSE_TIMEOUT_SECONDS: Final = 5.0
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 
@@ -540,58 +539,6 @@ async def test_a_member_that_took_the_request_or_stays_unreachable_is_a_502(
     assert response.json()["error"]["code"] == code
     assert len(calls) == calls_expected
     assert activator.inflight.count("b") == 0
-
-
-class _Stalls(httpx.AsyncByteStream):
-    """A body that sends its first bytes and then nothing more, until the test ends."""
-
-    def __init__(self, first: bytes, never: anyio.Event) -> None:
-        self.first, self.never = first, never
-
-    async def __aiter__(self) -> Any:
-        yield self.first
-        await self.never.wait()
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("where", ["before-the-head", "in-a-whole-body", "in-a-stream"])
-async def test_a_client_that_leaves_takes_its_request_off_the_members_in_flight_count(
-    where: str,
-) -> None:
-    """Issue 40: a request whose client left must stop counting as in flight, or the member
-    stays "active" in this replica's demand report forever and the pool swaps back to it for
-    nobody. The client leaves while the member has not answered, in the middle of a whole
-    answer, and in the middle of a stream."""
-    never = anyio.Event()
-    asked = anyio.Event()
-
-    async def answer(request: httpx.Request) -> httpx.Response:
-        asked.set()
-        if where == "before-the-head":
-            await never.wait()
-        if where == "in-a-whole-body":
-            headers = {"content-type": "application/json", "content-length": "100"}
-            return httpx.Response(200, stream=_Stalls(b"{", never), headers=headers)
-        headers = {"content-type": "text/event-stream"}
-        return httpx.Response(200, stream=_Stalls(b"data: {}\n\n", never), headers=headers)
-
-    client, activator, _ = _pooled_proxy(httpx.MockTransport(answer))
-    chat = {"model": "qwen-2-7b", "messages": [{"role": "user", "content": "hi"}], "stream": True}
-    async with client, anyio.create_task_group() as group:
-
-        async def ask() -> None:
-            async with client.stream("POST", "/v1/chat/completions", json=chat) as response:
-                async for _ in response.aiter_raw():
-                    pass
-
-        group.start_soon(ask)
-        await asked.wait()
-        await anyio.sleep(0.05)
-        assert activator.inflight.count("b") == 1
-        group.cancel_scope.cancel()  # the client leaves
-    assert activator.inflight.count("b") == 0
-    assert not activator.inflight.active("b", 0.0)
-    never.set()
 
 
 @pytest.mark.parametrize(
