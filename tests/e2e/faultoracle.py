@@ -33,9 +33,9 @@ from controlplane.local.system import OperatorProcess
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import DEPLOYMENTS, PODS
-from controlplane.runtime.tls import default_tls_context
 from tests.e2e.faultplan import CLIENT_DEADLINE_SECONDS, SETTLE_SECONDS, SWAP_BUDGET_SECONDS
 from tests.e2e.faultproxy import Object
+from tests.e2e.httpclients import http_client
 from tests.e2e.test_slot_server import loaded_models
 from tests.e2e.waiting import eventually
 
@@ -157,9 +157,7 @@ async def slot_server_end(run: Run) -> list[str]:
 
     async def only_b_loaded() -> bool:
         nonlocal seen
-        async with httpx.AsyncClient(
-            verify=default_tls_context(), timeout=5, trust_env=False
-        ) as http:
+        async with http_client(timeout=5, trust_env=False) as http:
             seen = await loaded_models(http, run.slot_url)
         return seen == wanted
 

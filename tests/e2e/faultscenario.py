@@ -60,7 +60,6 @@ from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.endpoints import MEMBER_PORT_NAME, SERVICE_NAME_LABEL, ready_urls
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import ENDPOINT_SLICES, LEASES, PODS, ROLE_BINDINGS
-from controlplane.runtime.tls import default_tls_context
 from tests.e2e.bodies import pool_body
 from tests.e2e.faultoracle import judge
 from tests.e2e.faultplan import (
@@ -77,6 +76,7 @@ from tests.e2e.faultplan import (
     write_points,
 )
 from tests.e2e.faultproxy import FaultProxy, Write
+from tests.e2e.httpclients import http_client
 from tests.e2e.invariants import PoolInvariantMonitor
 from tests.e2e.kubectl import REPO
 from tests.e2e.operator_process import LocalProcess, wait_until_ready
@@ -307,9 +307,7 @@ class Run:
     async def _ask_for_b(self) -> None:
         deadline = time.monotonic() + CLIENT_DEADLINE_SECONDS
         body = {"model": f"model-{self.b}", "messages": [{"role": "user", "content": "hi"}]}
-        async with httpx.AsyncClient(
-            verify=default_tls_context(), timeout=SWAP_BUDGET_SECONDS + 20, trust_env=False
-        ) as http:
+        async with http_client(timeout=SWAP_BUDGET_SECONDS + 20, trust_env=False) as http:
             while time.monotonic() < deadline:
                 replica = next((p for p in reversed(self.serving) if p.running()), None)
                 if replica is None:

@@ -32,13 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
-import httpx
 from anyio.abc import Process
 
 from controlplane.envtest.llamaserver import find_llama_server
 from controlplane.envtest.process import free_port
 from controlplane.envtest.tinymodel import TinyModelSpec, tiny_model
-from controlplane.runtime.tls import default_tls_context
+from tests.e2e.httpclients import http_client
 from tests.e2e.waiting import eventually
 
 START_TIMEOUT = 60.0
@@ -70,7 +69,7 @@ class RunningServer:
         async def healthy() -> bool:
             if self.process.returncode is not None:
                 raise AssertionError(f"{self.kind.value} exited:\n{self.log_text()}")
-            async with httpx.AsyncClient(verify=default_tls_context(), timeout=5.0) as client:
+            async with http_client(timeout=5.0) as client:
                 return (await client.get(f"{self.url}/health")).status_code == 200
 
         await eventually(healthy, timeout=START_TIMEOUT, interval=0.02, what="/health 200")

@@ -21,9 +21,9 @@ from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.objects import status_condition
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, EVENTS, PODS
-from controlplane.runtime.tls import default_tls_context
 from tests.e2e.bodies import pool_body, router_body
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.operator_process import LocalProcess, start_node
 from tests.e2e.proxies import chat, isvc_body
 from tests.e2e.waiting import eventually
@@ -89,7 +89,7 @@ async def streaming(url: str, model: str) -> AsyncIterator[tuple[Stream, anyio.E
             ended.set()
 
     async with (
-        httpx.AsyncClient(verify=default_tls_context(), timeout=120, trust_env=False) as http,
+        http_client(timeout=120, trust_env=False) as http,
         anyio.create_task_group() as group,
     ):
         group.start_soon(read, http)

@@ -28,8 +28,8 @@ from controlplane.local.system import (
     service_account_token,
 )
 from controlplane.runtime.client import KubeClient
-from controlplane.runtime.tls import default_tls_context
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.invariants import PoolInvariantMonitor, PoolInvariantViolated, last_test_failed
 from tests.e2e.kubectl import REPO
 from tests.e2e.waiting import eventually
@@ -98,7 +98,7 @@ async def wait_until_ready(
 ) -> None:
     """Until ``url`` (the process's ``/readyz``) answers 200; fails at once, with the end of its
     output, if the process exits meanwhile."""
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=5, trust_env=False) as http:
+    async with http_client(timeout=5, trust_env=False) as http:
 
         async def ready() -> bool:
             assert process.running(), f"{process.name} exited:\n{process.output()[-3000:]}"
@@ -178,7 +178,7 @@ def start_node(
 
 async def metric_sum(url: str, name: str, **labels: str) -> float:
     """The sum of a Prometheus family's samples named ``name`` whose labels include ``labels``."""
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=10) as http:
+    async with http_client(timeout=10) as http:
         text = (await http.get(url)).text
     total = 0.0
     for family in text_string_to_metric_families(text):

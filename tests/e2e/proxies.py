@@ -17,8 +17,8 @@ from controlplane.controllers.rbac import ROUTER_PROXY_RULES
 from controlplane.local.system import RouterProxyProcess, kubeconfig_for_token
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.resources import ROLE_BINDINGS, ROLES, SERVICE_ACCOUNTS
-from controlplane.runtime.tls import default_tls_context
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.kubectl import REPO
 from tests.e2e.operator_process import LocalProcess, service_account_token
 from tests.e2e.waiting import eventually
@@ -115,7 +115,7 @@ async def run_proxies(
         for i in range(count)
     ]
     started.extend(proxies)
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=5) as http:
+    async with http_client(timeout=5) as http:
         for proxy in proxies:
 
             async def ready(proxy: RouterProxyProcess = proxy) -> bool:

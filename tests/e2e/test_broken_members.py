@@ -31,7 +31,7 @@ from controlplane.runtime.coalescing import http_protocol
 from controlplane.runtime.httpserver import bind, serve
 from controlplane.runtime.metrics import REGISTRY
 from controlplane.runtime.requestlimits import RequestLimits, guarded_protocol
-from controlplane.runtime.tls import default_tls_context
+from tests.e2e.httpclients import http_client
 from tests.e2e.test_sim_process import Simulator, simulator
 from tests.fuzz.proxy import ProxyOptions, proxy_app
 
@@ -78,9 +78,7 @@ async def member(tmp_path: Path) -> AsyncIterator[Simulator]:
 
 
 async def answer_mode(sim: Simulator, mode: str) -> None:
-    async with httpx.AsyncClient(
-        verify=default_tls_context(), base_url=sim.url, timeout=10.0
-    ) as client:
+    async with http_client(base_url=sim.url, timeout=10.0) as client:
         response = await client.post("/sim/answer-mode", json={"mode": mode})
     assert response.status_code == 200, response.text
 
@@ -146,7 +144,7 @@ async def test_a_broken_answer_before_any_byte_reached_the_client_is_one_error(
     before = counted(reason, status)
     async with (
         proxy_to(member.url) as proxy,
-        httpx.AsyncClient(verify=default_tls_context(), timeout=30) as client,
+        http_client(timeout=30) as client,
     ):
         response = await client.post(f"{proxy}/v1/chat/completions", json=chat(stream=False))
         assert response.status_code == status, response.text
@@ -171,7 +169,7 @@ async def test_an_event_stream_that_breaks_ends_with_one_error_event(
     before = counted(code, 200)
     async with (
         proxy_to(member.url) as proxy,
-        httpx.AsyncClient(verify=default_tls_context(), timeout=30) as client,
+        http_client(timeout=30) as client,
     ):
         response = await client.post(f"{proxy}/v1/chat/completions", json=chat(stream=True))
         assert response.status_code == 200
@@ -196,7 +194,7 @@ async def test_a_body_that_is_not_an_event_stream_cut_mid_way_is_an_incomplete_a
     caplog.set_level(logging.INFO)
     async with (
         proxy_to(member.url) as proxy,
-        httpx.AsyncClient(verify=default_tls_context(), timeout=30) as client,
+        http_client(timeout=30) as client,
     ):
         with pytest.raises(httpx.RemoteProtocolError, match=r"incomplete|without sending complete"):
             await client.post(f"{proxy}/v1/chat/completions", json=chat(stream=False))
@@ -215,7 +213,7 @@ async def test_a_client_that_leaves_a_huge_body_drops_the_members_connection_too
     await answer_mode(member, "huge")
     async with proxy_to(member.url, max_answer_bytes=20 * 1024**3) as proxy:
         async with (
-            httpx.AsyncClient(verify=default_tls_context(), timeout=30) as client,
+            http_client(timeout=30) as client,
             client.stream(
                 "POST", f"{proxy}/v1/chat/completions", json=chat(stream=False)
             ) as response,
@@ -237,7 +235,7 @@ async def test_an_error_answer_longer_than_the_answer_limit_is_refused_by_its_de
     await answer_mode(member, "error-text")  # an HTML page of about 90 bytes
     async with (
         proxy_to(member.url, max_answer_bytes=16) as proxy,
-        httpx.AsyncClient(verify=default_tls_context()) as client,
+        http_client() as client,
     ):
         response = await client.post(f"{proxy}/v1/chat/completions", json=chat(stream=False))
     assert response.status_code == 502

@@ -15,15 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 
 from controlplane.api.v1alpha1.activation import claimed, new_pool_lease
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.resources import LEASES, PODS
-from controlplane.runtime.tls import default_tls_context
 from controlplane.scheduling.policy import Settings, wait_bound
 from tests.e2e.bodies import pool_body, router_body
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.kubectl import kubectl
 from tests.e2e.operator_process import LocalProcess, OperatorProcess, start_node
 from tests.e2e.proxies import isvc_body, start_proxies
@@ -97,7 +96,7 @@ async def test_a_member_that_fits_comes_up_beside_the_busy_resident_and_one_that
     bound = wait_bound(SETTINGS, members=3, drain=2.0, swap=SWAP_ALLOWANCE)
     tenant = Tenant(proxies[0], "model-a")
     async with (
-        httpx.AsyncClient(verify=default_tls_context(), timeout=bound + 30) as http,
+        http_client(timeout=bound + 30) as http,
         anyio.create_task_group() as group,
     ):
         group.start_soon(tenant.run, http)

@@ -5,16 +5,15 @@ from __future__ import annotations
 import time
 
 import anyio
-import httpx
 import pytest
 
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.controller import Request, Result, TerminalError
 from controlplane.runtime.manager import Manager, ManagerOptions
 from controlplane.runtime.resources import CONFIGMAPS, EVENTS, SECRETS
-from controlplane.runtime.tls import default_tls_context
 from controlplane.runtime.workqueue import DEFAULT_ITEM_BASE_DELAY
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.waiting import eventually, until
 
 pytestmark = pytest.mark.any_cluster
@@ -67,9 +66,7 @@ async def test_failing_reconcile_is_retried_with_growing_delays_then_stops(
         assert t2 - t1 >= 2 * DEFAULT_ITEM_BASE_DELAY
 
         host, port = manager.addresses["probe"]
-        async with httpx.AsyncClient(
-            verify=default_tls_context(), base_url=f"http://{host}:{port}"
-        ) as http:
+        async with http_client(base_url=f"http://{host}:{port}") as http:
             assert (await http.get("/healthz")).status_code == 200
             assert (await http.get("/readyz")).status_code == 200
             text = (await http.get("/metrics")).text

@@ -17,8 +17,8 @@ import httpx
 from controlplane.api.v1alpha1 import ModelPool
 from controlplane.local.system import RouterProxyProcess
 from controlplane.runtime.client import KubeClient
-from controlplane.runtime.tls import default_tls_context
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.operator_process import LocalProcess, OperatorProcess, start_node
 from tests.e2e.proxies import chat, proxy_kubeconfig, run_proxies
 from tests.e2e.test_router_proxy import TIMEOUT, lease_holder, setup_pool
@@ -61,7 +61,7 @@ async def test_a_held_request_reaches_the_new_member_before_its_pod_is_ready(
     await setup_pool(admin, namespace, "60s")
     kubeconfig = await proxy_kubeconfig(cluster, admin, namespace, tmp_path)
     (direct,) = await run_proxies(kubeconfig, namespace, tmp_path, started, 1)
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=TIMEOUT) as http:
+    async with http_client(timeout=TIMEOUT) as http:
         # a -> b through the proxy that probes: answered while the pool still names a resident
         # and b pending (b's pod is not Ready yet), by b's server
         await swap_through(http, direct, "model-b")
@@ -90,7 +90,7 @@ async def test_a_held_request_reaches_the_new_member_before_its_pod_is_ready(
         extra_args=["--direct-health-interval", "0"],
         prefix="no-probe",
     )
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=TIMEOUT) as http:
+    async with http_client(timeout=TIMEOUT) as http:
         await swap_through(http, slow, "model-a")
         status = await pool_status(admin, namespace)
         assert status.get("residentMember") == "a", status

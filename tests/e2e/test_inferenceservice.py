@@ -25,8 +25,8 @@ from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, PODS, SERVICES
-from controlplane.runtime.tls import default_tls_context
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.operator_process import (
     LocalProcess,
     NodeStandInProcess,
@@ -77,7 +77,7 @@ async def ready_address(admin: KubeClient, namespace: str, service: str) -> str 
 
 
 async def chat(url: str, text: str) -> dict[str, Any]:
-    async with httpx.AsyncClient(verify=default_tls_context(), base_url=url, timeout=30) as http:
+    async with http_client(base_url=url, timeout=30) as http:
         body = {"model": MODEL, "messages": [{"role": "user", "content": text}]}
         response = await http.post("/v1/chat/completions", json=body)
     assert response.status_code == 200, response.text
@@ -170,7 +170,7 @@ async def test_isvc_serves_stops_and_comes_back(
     answer = await chat(url, "hello pool")
     assert answer["model"] == MODEL
     assert answer["choices"][0]["message"]["content"].startswith("hello pool")
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=10) as http:
+    async with http_client(timeout=10) as http:
         assert len((await http.get(f"{url}/slots")).json()) == 2, "--parallel 2 reached the server"
         # --metrics reached it too: the members' PodMonitor has a /metrics to scrape.
         metrics = await http.get(f"{url}/metrics")

@@ -66,9 +66,9 @@ from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import KubeError
 from controlplane.runtime.resources import LEASES, PODS, SERVICES
-from controlplane.runtime.tls import default_tls_context
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.incluster import (
     OPERATOR_LABEL,
     OPERATOR_LEASE,
@@ -196,9 +196,7 @@ async def answering(url: str) -> None:
     async def answered() -> bool:
         nonlocal streak
         try:
-            async with httpx.AsyncClient(
-                verify=default_tls_context(), timeout=2, trust_env=False
-            ) as http:
+            async with http_client(timeout=2, trust_env=False) as http:
                 response = await http.get(f"{url}/readyz")
             streak = streak + 1 if response.status_code == 200 else 0
         except httpx.TransportError:

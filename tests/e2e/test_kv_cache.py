@@ -16,15 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from controlplane.controllers.inferenceservice import ISVC_LABEL
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.resources import EVENTS, PODS
-from controlplane.runtime.tls import default_tls_context
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.kubectl import kubectl
 from tests.e2e.operator_process import (
     LocalProcess,
@@ -98,7 +97,7 @@ async def ask(admin: KubeClient, namespace: str, member: str) -> dict[str, Any]:
     """The long prompt to ``member``'s ready endpoint; returns the answer's ``timings``."""
     url = await ready_url(admin, namespace, member)
     body = {"model": member, "messages": [{"role": "user", "content": PROMPT}]}
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=30, trust_env=False) as http:
+    async with http_client(timeout=30, trust_env=False) as http:
         response = await http.post(f"{url}/v1/chat/completions", json=body)
     assert response.status_code == 200, response.text
     assert response.json()["model"] == member

@@ -30,8 +30,8 @@ import pytest
 from controlplane.envtest.tinymodel import TinyModelSpec
 from controlplane.probes.idle import IdleOutcome
 from controlplane.probes.llamacpp import SlotsProbe
-from controlplane.runtime.tls import default_tls_context
 from controlplane.sim.metrics import COUNTERS, GAUGES, parse_text
+from tests.e2e.httpclients import http_client
 from tests.e2e.llamaservers import ROUTER_MODELS, RunningServer, ServerKind, serve, serve_router
 from tests.e2e.waiting import eventually
 
@@ -68,7 +68,7 @@ def chat(*, stream: bool, max_tokens: int) -> dict[str, Any]:
 
 
 async def get_slots(server: RunningServer, query: str = "") -> httpx.Response:
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=10.0) as client:
+    async with http_client(timeout=10.0) as client:
         return await client.get(f"{server.url}/slots{query}")
 
 
@@ -129,9 +129,7 @@ class StreamedChat:
 async def streaming(server: RunningServer) -> AsyncIterator[StreamedChat]:
     """A long streamed completion, yielded once its first content chunk has arrived."""
     async with (
-        httpx.AsyncClient(
-            verify=default_tls_context(), base_url=server.url, timeout=120.0
-        ) as client,
+        http_client(base_url=server.url, timeout=120.0) as client,
         client.stream(
             "POST", "/v1/chat/completions", json=chat(stream=True, max_tokens=LONG_STREAM_TOKENS)
         ) as response,
@@ -154,9 +152,7 @@ async def test_health_is_503_loading_while_the_model_loads_then_200(
     while_loading: dict[str, httpx.Response] = {}
     async with (
         serve(server_kind, tmp_path, model=SLOW_LOADING_MODEL, load_seconds=1.0) as server,
-        httpx.AsyncClient(
-            verify=default_tls_context(), base_url=server.url, timeout=10.0
-        ) as client,
+        http_client(base_url=server.url, timeout=10.0) as client,
     ):
         with anyio.fail_after(60):
             while not seen or seen[-1][0] != 200:
@@ -270,7 +266,7 @@ async def test_the_idle_probe_reads_the_server_idle_busy_then_idle_again(
 
 
 async def test_models_lists_the_served_alias(server: RunningServer) -> None:
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=10.0) as client:
+    async with http_client(timeout=10.0) as client:
         response = await client.get(f"{server.url}/v1/models")
     assert response.status_code == 200
     body = response.json()
@@ -285,7 +281,7 @@ async def test_models_lists_the_served_alias(server: RunningServer) -> None:
 async def test_a_chat_completion_answers_with_the_alias_usage_and_timings(
     server: RunningServer,
 ) -> None:
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=60.0) as client:
+    async with http_client(timeout=60.0) as client:
         response = await client.post(
             f"{server.url}/v1/chat/completions", json=chat(stream=False, max_tokens=5)
         )
@@ -317,7 +313,7 @@ async def test_a_chat_completion_answers_with_the_alias_usage_and_timings(
 async def test_a_bad_chat_body_is_answered_in_the_error_envelope(
     server: RunningServer, body: bytes, status: int, error_type: str, message: str | None
 ) -> None:
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=10.0) as client:
+    async with http_client(timeout=10.0) as client:
         response = await client.post(f"{server.url}/v1/chat/completions", content=body)
     assert response.status_code == status, response.text
     error = response.json()["error"]
@@ -330,7 +326,7 @@ async def test_a_bad_chat_body_is_answered_in_the_error_envelope(
 
 
 async def test_an_unknown_path_is_a_404_in_the_error_envelope(server: RunningServer) -> None:
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=10.0) as client:
+    async with http_client(timeout=10.0) as client:
         response = await client.get(f"{server.url}/no-such-endpoint")
     assert (response.status_code, response.json()) == (
         404,
@@ -341,7 +337,7 @@ async def test_an_unknown_path_is_a_404_in_the_error_envelope(server: RunningSer
 async def test_metrics_without_the_flag_is_a_501_in_the_error_envelope(
     server: RunningServer,
 ) -> None:
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=10.0) as client:
+    async with http_client(timeout=10.0) as client:
         response = await client.get(f"{server.url}/metrics")
     message = "This server does not support metrics endpoint. Start it with `--metrics`"
     assert (response.status_code, response.json()) == (
@@ -359,7 +355,7 @@ async def test_metrics_with_the_flag_are_the_same_families_counting_the_same_tok
     generated tokens."""
     async with serve(server_kind, tmp_path, metrics=True) as running:
         await running.wait_ready()
-        async with httpx.AsyncClient(verify=default_tls_context(), timeout=60.0) as client:
+        async with http_client(timeout=60.0) as client:
             answer = await client.post(
                 f"{running.url}/v1/chat/completions", json=chat(stream=False, max_tokens=5)
             )
@@ -410,9 +406,7 @@ async def test_router_mode_loads_one_model_at_a_time_and_refuses_what_is_not_loa
     a, b = ROUTER_MODELS
     async with (
         serve_router(server_kind, tmp_path) as server,
-        httpx.AsyncClient(
-            verify=default_tls_context(), base_url=server.url, timeout=60.0
-        ) as client,
+        http_client(base_url=server.url, timeout=60.0) as client,
     ):
         assert (await client.get("/health")).status_code == 200
         assert await model_states(client) == {a: "unloaded", b: "unloaded"}
@@ -467,9 +461,7 @@ async def test_router_mode_at_the_limit_with_a_model_still_loading_refuses_the_l
     a, b = ROUTER_MODELS
     async with (
         serve_router(server_kind, tmp_path) as server,
-        httpx.AsyncClient(
-            verify=default_tls_context(), base_url=server.url, timeout=60.0
-        ) as client,
+        http_client(base_url=server.url, timeout=60.0) as client,
     ):
         assert (await client.post("/models/load", json={"model": a})).status_code == 200
         refused = await client.post("/models/load", json={"model": b})

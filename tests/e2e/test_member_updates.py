@@ -21,8 +21,8 @@ import pytest
 
 from controlplane.api.v1alpha1 import ModelPool
 from controlplane.runtime.client import KubeClient
-from controlplane.runtime.tls import default_tls_context
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.memberstreams import (
     ISVC,
     STREAM_TOKENS,
@@ -154,7 +154,7 @@ async def test_an_edit_of_a_pool_resident_under_load_is_carried_out_by_the_pools
             answers.append((reply.status_code, time.monotonic() - asked, str(model)))
 
     async with (
-        httpx.AsyncClient(verify=default_tls_context(), timeout=90, trust_env=False) as http,
+        http_client(timeout=90, trust_env=False) as http,
         anyio.create_task_group() as group,
     ):
         group.start_soon(loop, http)

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
@@ -38,9 +37,9 @@ from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, EVENTS, LEASES, PODS
-from controlplane.runtime.tls import default_tls_context
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.operator_process import (
     LocalProcess,
     NodeStandInProcess,
@@ -202,14 +201,14 @@ async def release_lease(admin: KubeClient, namespace: str, pool: str) -> None:
 
 
 async def set_slots_mode(url: str, mode: str) -> None:
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=10, trust_env=False) as http:
+    async with http_client(timeout=10, trust_env=False) as http:
         response = await http.post(f"{url}/sim/slots-mode", json={"mode": mode})
     assert response.status_code == 200, response.text
 
 
 async def chat(url: str, model: str) -> str:
     body = {"model": model, "messages": [{"role": "user", "content": "hello pool"}]}
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=30, trust_env=False) as http:
+    async with http_client(timeout=30, trust_env=False) as http:
         response = await http.post(f"{url}/v1/chat/completions", json=body)
     assert response.status_code == 200, response.text
     return str(response.json()["model"])
@@ -225,7 +224,7 @@ async def stream_in_flight(url: str, model: str) -> AsyncIterator[None]:
     body = {"model": model, "messages": [{"role": "user", "content": "keep going"}],
             "stream": True, "max_tokens": 400, "ignore_eos": True}  # fmt: skip
     async with (
-        httpx.AsyncClient(verify=default_tls_context(), timeout=30, trust_env=False) as http,
+        http_client(timeout=30, trust_env=False) as http,
         http.stream("POST", f"{url}/v1/chat/completions", json=body) as response,
     ):
         assert response.status_code == 200

@@ -23,9 +23,9 @@ from controlplane.api.v1alpha1 import ModelPool
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import NotFound, TooManyRequests
 from controlplane.runtime.resources import NODES, POD_DISRUPTION_BUDGETS
-from controlplane.runtime.tls import default_tls_context
 from controlplane.standin.builders import NODE_NAME
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.memberstreams import (
     ISVC,
     STREAM_TOKENS,
@@ -170,7 +170,7 @@ async def test_a_drain_of_a_busy_pool_resident_waits_for_its_stream_and_holds_th
 
     async with (
         uncordoned_after(admin),
-        httpx.AsyncClient(verify=default_tls_context(), timeout=90, trust_env=False) as http,
+        http_client(timeout=90, trust_env=False) as http,
         anyio.create_task_group() as group,
     ):
         async with streaming(proxy.url, "model-a") as (stream, ended):

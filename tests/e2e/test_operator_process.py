@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
-import httpx
 import pytest
 
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE
@@ -22,8 +21,8 @@ from controlplane.preflight import EXIT_DENIED
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import LEASES, SERVICE_ACCOUNTS
-from controlplane.runtime.tls import default_tls_context
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.kubectl import REPO, install
 from tests.e2e.operator_process import (
     LocalProcess,
@@ -50,9 +49,7 @@ async def test_operator_becomes_ready_leads_and_releases_on_sigterm(
     operator = OperatorProcess(kubeconfig, tmp_path, lease, "operator-0", cwd=REPO)
     processes.append(operator)
 
-    async with httpx.AsyncClient(
-        verify=default_tls_context(), base_url=f"http://127.0.0.1:{operator.probe_port}"
-    ) as probes:
+    async with http_client(base_url=f"http://127.0.0.1:{operator.probe_port}") as probes:
 
         async def ready() -> bool:
             return (await probes.get("/readyz")).status_code == 200

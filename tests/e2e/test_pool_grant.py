@@ -22,16 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
 from controlplane.controllers.inferenceservice import ISVC_LABEL
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.resources import DEPLOYMENTS, EVENTS, PODS, Resource
-from controlplane.runtime.tls import default_tls_context
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.operator_process import (
     LocalProcess,
     NodeStandInProcess,
@@ -179,7 +178,7 @@ async def test_a_pool_applied_with_its_members_starts_only_its_choice(
     if order == "all-at-once":
         warnings = [w for w in warnings if w[0] != "Degraded"]
     assert warnings == [], warnings
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=10, trust_env=False) as http:
+    async with http_client(timeout=10, trust_env=False) as http:
         metrics = (await http.get(operator.metrics_url)).text
     assert "member_write_conflicts" not in metrics
 

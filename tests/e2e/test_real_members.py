@@ -31,10 +31,10 @@ from controlplane.envtest.tinymodel import TinyModelSpec, tiny_model
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.resources import ENDPOINT_SLICES, PODS
-from controlplane.runtime.tls import default_tls_context
 from controlplane.standin.process import MEMBER_ENV
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.operator_process import LocalProcess, OperatorProcess, start_node
 from tests.e2e.proxies import start_proxies
 from tests.e2e.waiting import eventually
@@ -166,9 +166,7 @@ async def test_a_pool_of_two_real_llama_servers_swaps_through_the_proxy_and_each
     (proxy,) = await start_proxies(cluster, admin, namespace, tmp_path, started, 1)
     assert member_executables(namespace) == {"a": str(binary.resolve())}
 
-    async with httpx.AsyncClient(
-        verify=default_tls_context(), timeout=TIMEOUT, trust_env=False
-    ) as http:
+    async with http_client(timeout=TIMEOUT, trust_env=False) as http:
         answer = await http.post(f"{proxy.url}/v1/chat/completions", json=chat("tiny-a"))
         assert answer.status_code == 200, answer.text
         assert answer.json()["model"] == "tiny-a"
@@ -242,9 +240,7 @@ async def test_real_members_carry_the_kv_cache_across_a_swap_and_the_control_doe
     await setup_pool(admin, namespace, kv_cache=("a",))  # b is the control
     (proxy,) = await start_proxies(cluster, admin, namespace, tmp_path, started, 1)
 
-    async with httpx.AsyncClient(
-        verify=default_tls_context(), timeout=TIMEOUT, trust_env=False
-    ) as http:
+    async with http_client(timeout=TIMEOUT, trust_env=False) as http:
 
         async def ask(model: str) -> Object:
             """The long prompt through the proxy (a swap when ``model`` is not resident)."""

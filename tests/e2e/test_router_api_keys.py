@@ -17,16 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import openai
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.resources import PODS, SECRETS
-from controlplane.runtime.tls import default_tls_context
 from tests.e2e.bodies import pool_body, router_body
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.operator_process import LocalProcess, OperatorProcess, start_node
 from tests.e2e.proxies import isvc_body
 from tests.e2e.waiting import eventually
@@ -123,9 +122,7 @@ async def test_the_openai_sdk_needs_the_key_and_rotation_needs_no_restart(
 
     assert "No API key" in await _refused(url, None)
     assert "not accepted" in await _refused(url, WRONG)
-    async with httpx.AsyncClient(
-        verify=default_tls_context(), timeout=10
-    ) as http:  # the probes stay open
+    async with http_client(timeout=10) as http:  # the probes stay open
         assert (await http.get(f"{url}/readyz")).status_code == 200
     pods = await _proxy_pods(admin, namespace)
     assert len(pods) == 1

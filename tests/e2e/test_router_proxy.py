@@ -23,9 +23,9 @@ from controlplane.local.system import RouterProxyProcess
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import NotFound
 from controlplane.runtime.resources import DEPLOYMENTS, LEASES
-from controlplane.runtime.tls import default_tls_context
 from tests.e2e.bodies import pool_body, router_body
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.operator_process import (
     LocalProcess,
     OperatorProcess,
@@ -81,7 +81,7 @@ async def test_fast_path_swap_coalescing_streaming_and_errors(
     )
     await setup_pool(admin, namespace, "60s")
     one, two = await start_proxies(cluster, admin, namespace, tmp_path, started, 2)
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=90) as http:
+    async with http_client(timeout=90) as http:
         # The resident member: the fast path, no Lease written.
         answer = await http.post(f"{one.url}/v1/chat/completions", json=chat("model-a"))
         assert answer.status_code == 200, answer.text
@@ -155,7 +155,7 @@ async def test_a_member_slower_than_the_budget_is_reached_by_honouring_retry_aft
     await setup_pool(admin, namespace, "2s")
     (proxy,) = await start_proxies(cluster, admin, namespace, tmp_path, started, 1)
     answers = []
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=30) as http:
+    async with http_client(timeout=30) as http:
         for _ in range(6):
             answer = await http.post(f"{proxy.url}/v1/chat/completions", json=chat("model-b"))
             answers.append(answer)
@@ -185,7 +185,7 @@ async def test_a_swap_nobody_comes_back_for_is_abandoned_released_and_undone_by_
     created_b = await admin.get(ISVC, "b", namespace)
     (proxy,) = await start_proxies(cluster, admin, namespace, tmp_path, started, 1)
     async with recorded(admin, namespace) as events:
-        async with httpx.AsyncClient(verify=default_tls_context(), timeout=30) as http:
+        async with http_client(timeout=30) as http:
             answer = await http.post(f"{proxy.url}/v1/chat/completions", json=chat("model-b"))
         assert answer.status_code == 503, answer.text
         assert int(answer.headers["Retry-After"]) >= 1
@@ -234,7 +234,7 @@ async def test_sigterm_mid_swap_answers_the_held_request_503_and_claims_nothing_
     (proxy,) = await start_proxies(cluster, admin, namespace, tmp_path, started, 1)
     answers: list[httpx.Response] = []
     async with (
-        httpx.AsyncClient(verify=default_tls_context(), timeout=30) as http,
+        http_client(timeout=30) as http,
         anyio.create_task_group() as group,
     ):
 

@@ -25,10 +25,10 @@ import httpx
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.local.system import RouterProxyProcess
 from controlplane.runtime.client import KubeClient
-from controlplane.runtime.tls import default_tls_context
 from controlplane.scheduling.policy import Settings, wait_bound
 from tests.e2e.bodies import pool_body, router_body
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.operator_process import (
     LocalProcess,
     OperatorProcess,
@@ -84,7 +84,7 @@ class Tenant:
 async def run_for(tenants: list[Tenant], seconds: float, timeout: float) -> None:
     """Every tenant asks, each on its own, for ``seconds``; their last requests are answered."""
     async with (
-        httpx.AsyncClient(verify=default_tls_context(), timeout=timeout) as http,
+        http_client(timeout=timeout) as http,
         anyio.create_task_group() as group,
     ):
         for tenant in tenants:
@@ -184,7 +184,7 @@ async def test_a_parked_member_is_answered_within_its_bound_while_the_resident_s
     bound = wait_bound(settings, members=2, drain=2.0, swap=SWAP_ALLOWANCE)
     tenants = [Tenant(proxy, "model-a") for proxy in proxies]
     async with (
-        httpx.AsyncClient(verify=default_tls_context(), timeout=bound + 30) as http,
+        http_client(timeout=bound + 30) as http,
         anyio.create_task_group() as group,
     ):
         for tenant in tenants:
@@ -268,7 +268,7 @@ async def test_a_higher_priority_member_goes_first_and_a_lower_one_still_meets_i
     bound = wait_bound(settings, members=3, drain=2.0, swap=SWAP_ALLOWANCE)
     tenant = Tenant(proxies[0], "model-a")
     answers: dict[str, Answer] = {}
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=bound + 30) as http:
+    async with http_client(timeout=bound + 30) as http:
 
         async def parked(proxy: RouterProxyProcess, model: str) -> None:
             answers[model] = await ask(http, proxy, model)

@@ -22,8 +22,8 @@ import httpx
 import msgspec
 from anyio.abc import Process
 
-from controlplane.runtime.tls import default_tls_context
 from controlplane.sim.text import reply_tokens
+from tests.e2e.httpclients import http_client
 from tests.e2e.waiting import eventually
 
 LISTENING = b"listening on "
@@ -42,9 +42,7 @@ class Simulator:
 
     async def get(self, path: str) -> httpx.Response:
         """A request on a fresh connection, so it proves the server still accepts new ones."""
-        async with httpx.AsyncClient(
-            verify=default_tls_context(), base_url=self.url, timeout=10.0
-        ) as client:
+        async with http_client(base_url=self.url, timeout=10.0) as client:
             return await client.get(path)
 
     async def slots_processing(self) -> list[bool]:
@@ -143,9 +141,7 @@ async def test_a_streamed_completion_shows_its_slot_processing_until_it_ends(
         payloads: list[str] = []
         busy_seen: list[bool] | None = None
         async with (
-            httpx.AsyncClient(
-                verify=default_tls_context(), base_url=sim.url, timeout=60.0
-            ) as client,
+            http_client(base_url=sim.url, timeout=60.0) as client,
             client.stream("POST", "/v1/chat/completions", json=chat(tokens)) as response,
         ):
             assert response.status_code == 200
@@ -181,9 +177,7 @@ async def test_sigterm_during_a_stream_refuses_new_connections_lets_it_finish_an
 
         async def stream() -> None:
             async with (
-                httpx.AsyncClient(
-                    verify=default_tls_context(), base_url=sim.url, timeout=60.0
-                ) as client,
+                http_client(base_url=sim.url, timeout=60.0) as client,
                 client.stream("POST", "/v1/chat/completions", json=chat(tokens)) as response,
             ):
                 async for line in response.aiter_lines():

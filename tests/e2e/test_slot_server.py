@@ -25,10 +25,10 @@ from controlplane.controllers.modelpool.slotserver import SLOT_SERVER_LABEL, slo
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import MEMBER_PORT_NAME, SERVICE_NAME_LABEL, ready_urls
 from controlplane.runtime.resources import ENDPOINT_SLICES, LEASES, PODS
-from controlplane.runtime.tls import default_tls_context
 from controlplane.scheduling.policy import Settings, wait_bound
 from tests.e2e.bodies import pool_body, router_body
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.operator_process import LocalProcess, OperatorProcess, start_node
 from tests.e2e.proxies import start_proxies
 from tests.e2e.test_scheduling import (
@@ -134,7 +134,7 @@ async def test_a_swap_loads_and_unloads_in_one_server_and_starts_no_pod(
     (proxy,) = await start_proxies(cluster, admin, namespace, tmp_path, started, 1)
     server = await slot_pods(admin, namespace)
     url = await slot_url(admin, namespace)
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=TIMEOUT) as http:
+    async with http_client(timeout=TIMEOUT) as http:
         assert await loaded_models(http, url) == {"model-a": "loaded", "model-b": "unloaded"}
         a = await ask(http, proxy, "model-a")
         assert (a.status, a.answered_by) == (200, "model-a"), a
@@ -177,7 +177,7 @@ async def test_a_model_with_a_request_in_flight_is_not_unloaded_until_it_is_answ
     seen: list[tuple[float, str, dict[str, str]]] = []
 
     async def watch() -> None:
-        async with httpx.AsyncClient(verify=default_tls_context(), timeout=5) as http:
+        async with http_client(timeout=5) as http:
             while True:
                 status = (await admin.get(POOL, POOL_NAME, namespace)).get("status") or {}
                 deferred = next(
@@ -192,7 +192,7 @@ async def test_a_model_with_a_request_in_flight_is_not_unloaded_until_it_is_answ
                 await anyio.sleep(0.1)
 
     async with (
-        httpx.AsyncClient(verify=default_tls_context(), timeout=TIMEOUT) as http,
+        http_client(timeout=TIMEOUT) as http,
         anyio.create_task_group() as group,
     ):
         group.start_soon(watch)

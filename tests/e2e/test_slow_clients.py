@@ -36,16 +36,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 
 from bench.clientprocess import client_process, next_line
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.api.v1alpha1.activation import pool_lease_name
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.resources import LEASES
-from controlplane.runtime.tls import default_tls_context
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.operator_process import LocalProcess, OperatorProcess, metric_sum, start_node
 from tests.e2e.proxies import chat, isvc_body, start_proxies
 from tests.e2e.waiting import eventually
@@ -131,7 +130,7 @@ async def watch_pool_lease(admin: KubeClient, namespace: str, seen: list[LeaseSe
 
 async def normal_requests(url: str, statuses: list[int]) -> None:
     """Requests for d, one after another, until cancelled."""
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=30) as http:
+    async with http_client(timeout=30) as http:
         while True:
             answer = await http.post(f"{url}/v1/chat/completions", json=chat("model-d"))
             statuses.append(answer.status_code)

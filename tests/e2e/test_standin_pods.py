@@ -26,15 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 
 from controlplane.envtest.llamaserver import find_llama_server
 from controlplane.envtest.tinymodel import TinyModelSpec, tiny_model
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.resources import DEPLOYMENTS, JOBS, PODS, SECRETS
-from controlplane.runtime.tls import default_tls_context
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.operator_process import LocalProcess, NodeStandInProcess, start_node, stopped_at_exit
 from tests.e2e.waiting import eventually
 
@@ -677,9 +676,7 @@ async def slot_server_loads_a_model_and_stops(
     assert environ(pid)["MODELPOOL_SLOT_SERVER"] == f"{namespace}/p"
     url = f"http://127.0.0.1:{argv[argv.index('--port') + 1]}"
 
-    async with httpx.AsyncClient(
-        verify=default_tls_context(), base_url=url, timeout=10.0
-    ) as client:
+    async with http_client(base_url=url, timeout=10.0) as client:
         listed = (await client.get("/models")).json()["data"]
         assert {m["id"]: m["status"]["value"] for m in listed} == {"a": "unloaded", "b": "unloaded"}
         assert (await client.post("/models/load", json={"model": "a"})).json() == {"success": True}

@@ -116,10 +116,10 @@ from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import ready_urls
 from controlplane.runtime.errors import KubeError, NotFound
 from controlplane.runtime.resources import ENDPOINT_SLICES, EVENTS, LEASES, PODS, ROLE_BINDINGS
-from controlplane.runtime.tls import default_tls_context
 from controlplane.scheduling.policy import Settings, wait_bound
 from tests.e2e.bodies import pool_body
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.invariants import PoolInvariantMonitor, Violation
 from tests.e2e.kubectl import REPO, install
 from tests.e2e.operator_process import (
@@ -465,7 +465,7 @@ async def held_lease(admin: KubeClient, namespace: str, pool: str) -> tuple[str,
 
 
 async def scrape_swaps(url: str) -> Counter[tuple[str, str, str]]:
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=10, trust_env=False) as http:
+    async with http_client(timeout=10, trust_env=False) as http:
         return swaps_in((await http.get(f"{url}/metrics")).text)
 
 
@@ -572,8 +572,7 @@ async def client(index: int, storm: Storm, fleet: Entrances) -> None:
     members = [m for ms in POOLS.values() for m in ms]
     kinds, weights = zip(*KINDS, strict=True)
     streak: tuple[str, int] = (rng.choice(members), rng.randint(2, 6))
-    async with httpx.AsyncClient(
-        verify=default_tls_context(),
+    async with http_client(
         trust_env=False,
         limits=httpx.Limits(max_connections=4, max_keepalive_connections=2),
     ) as http:
@@ -602,7 +601,7 @@ async def tenant(index: int, member: str, storm: Storm, fleet: Entrances) -> Non
     """A busy tenant: plain completions for ``member``, back to back, until the clients are done;
     after a 503 it waits a moment, as a client honouring ``Retry-After`` at its shortest."""
     rng = random.Random(storm.rng_seed * 100 + index)
-    async with httpx.AsyncClient(verify=default_tls_context(), trust_env=False) as http:
+    async with http_client(trust_env=False) as http:
         while not storm.clients_done:
             proxy = await fleet.pick(rng)
             outcome = Outcome(index, "chat", member, proxy.name, time.monotonic(), tenant=True)
@@ -738,9 +737,7 @@ async def chaos(
             return None
         pool, resident, url = found
         try:
-            async with httpx.AsyncClient(
-                verify=default_tls_context(), timeout=10, trust_env=False
-            ) as http:
+            async with http_client(timeout=10, trust_env=False) as http:
                 answer = await http.post(
                     f"{url}/sim/slots-mode",
                     json={"mode": "error500", "seconds": SLOTS_FAILURE_SECONDS},

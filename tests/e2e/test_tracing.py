@@ -29,8 +29,8 @@ import pytest
 
 from controlplane.envtest.jaeger import JaegerBackend, WaterfallRow, render_waterfall, waterfall
 from controlplane.runtime.client import KubeClient
-from controlplane.runtime.tls import default_tls_context
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
 from tests.e2e.kubectl import install
 from tests.e2e.operator_process import LocalProcess, start_node, start_operator
 from tests.e2e.proxies import chat, start_proxies
@@ -115,7 +115,7 @@ async def test_a_cold_request_is_one_trace_across_proxy_and_operator(
     joiner_trace = secrets.token_hex(16)
     answers: dict[str, httpx.Response] = {}
     async with (
-        httpx.AsyncClient(verify=default_tls_context(), timeout=90) as http,
+        http_client(timeout=90) as http,
         anyio.create_task_group() as group,
     ):
 
@@ -238,7 +238,7 @@ async def test_a_cold_request_is_one_trace_across_proxy_and_operator(
     assert [(r["traceID"], r["spanID"]) for r in links] == [(trace_id, swap.span_id)]
 
     # The proxy exposes its own series, not the controller framework's.
-    async with httpx.AsyncClient(verify=default_tls_context(), timeout=10) as http:
+    async with http_client(timeout=10) as http:
         text = (await http.get(f"{two.url}/metrics")).text
     assert "modelpool_proxy_requests_total" in text
     assert "controller_runtime_" not in text
