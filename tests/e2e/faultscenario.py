@@ -188,6 +188,7 @@ class Run:
         self.serving: list[RouterProxyProcess] = []
         self.resumed_at: float | None = None
         self.paused: OperatorProcess | None = None
+        self._continued = anyio.Event()
         self.router_kubeconfig: Path | None = None
         #: The slot-server variant: the server's pod (uid) once the pool is warm, and its address.
         self.slot_pod_at_start: list[str] = []
@@ -245,8 +246,12 @@ class Run:
         operators = 2 if self.injection and self.injection.pattern == PAUSED_LEADER else 1
         for _ in range(operators):
             await self.start_operator()
-        # Supervised from the start: an operator that loses its Lease to a starved CPU during the
-        # warm-up (a 2 s renew deadline) exits, and its Deployment would replace it then too.
+        # Supervised from the start to the end of the judging: an operator that loses its Lease
+        # to a starved CPU (a 2 s renew deadline) exits, during the warm-up or after the client's
+        # answer as well, and its Deployment would replace it then too. Under the kind tier's load
+        # a standby that took over from a paused leader lost its Lease this way just after the
+        # answer came (direct readiness answers before the pool's status names b), and with no
+        # supervisor left, nothing wrote b resident: the settle timed out.
         async with anyio.create_task_group() as group:
             group.start_soon(self._supervise)
             await self._set_up()
@@ -254,10 +259,11 @@ class Run:
                 proxy.armed = True
             self.fault.armed_at = time.monotonic()
             await self._ask_for_b()
+            if self.fault.fired and self.injection and self.injection.pattern == PAUSED_LEADER:
+                await self._paused_leader_gone()
+            failures = await judge(self)
             group.cancel_scope.cancel()
-        if self.fault.fired and self.injection and self.injection.pattern == PAUSED_LEADER:
-            await self._paused_leader_gone()
-        return await judge(self)
+        return failures
 
     async def _set_up(self) -> None:
         """Members, the pool warm on ``a``, the router and its proxy replica."""
@@ -367,6 +373,7 @@ class Run:
         )  # fmt: skip
         assert isinstance(stopped, OperatorProcess)
         if self.paused is not None:
+            await self._continued.wait()  # the supervisor is continuing it
             return
         self.paused = stopped
 
@@ -381,6 +388,7 @@ class Run:
         finally:
             stopped.popen.send_signal(signal.SIGCONT)
             self.resumed_at = time.monotonic()
+            self._continued.set()
             self.note(f"SIGCONT {stopped.name}")
         self.note(f"{stopped.name} continued after {self.resumed_at - self.fault.fired_at:.1f} s")
 
