@@ -46,7 +46,9 @@ driver never writes a member: the pool's decisions are the pool's (docs/modelpoo
 **Spans**: the driver runs under the swap's ``swap`` span, so the ``lease.claim``,
 ``lease.renew`` and ``lease.release`` calls are its children; the claim writes the span's
 ``traceparent`` onto the Lease, so the pool controller's reconciles for it are its children too.
-Only the replica that held the Lease while the target became ready counts the swap in metrics.
+Only the replica that held the Lease while the target became ready counts the swap in metrics,
+and not when the API server named the target resident already at its claim (read once there: the
+cache may not have seen another replica's finished swap yet).
 """
 
 from __future__ import annotations
@@ -60,7 +62,11 @@ import anyio
 from opentelemetry import trace
 
 from controlplane.api.v1alpha1.inferenceservice import PHASE_FAILED
-from controlplane.api.v1alpha1.modelpool import serves_from_slot_server
+from controlplane.api.v1alpha1.modelpool import (
+    ModelPool,
+    serves_from_slot_server,
+    status_residents,
+)
 from controlplane.clock import TimeSource
 from controlplane.router import metrics
 from controlplane.router.admission import Admission, ClusterView
@@ -76,6 +82,7 @@ from controlplane.router.retryafter import SwapHistory
 from controlplane.router.routing import model_name
 from controlplane.router.schedule import PoolSchedule
 from controlplane.router.wakeups import POLL_SECONDS, Notifier
+from controlplane.runtime.errors import KubeError
 from controlplane.runtime.tracing import traceparent_of
 
 #: The log of the activator this was split from: its lines keep their ``logger``.
@@ -106,6 +113,9 @@ class Swap:
     finished: bool = False
     outcome: str = "pending"
     origin: str = ""  # the resident when the Lease was claimed
+    #: The API server named the target resident already when we claimed: another replica's
+    #: swap brought it up (our cache had not seen it yet), so ours is not a swap to count.
+    arrived: bool = False
     claimed_at: float = 0.0
     renew_sent_at: float = 0.0  # when the last renew attempt was sent
     renewed_ok_at: float = 0.0  # when the last successful claim or renew was sent
@@ -181,8 +191,8 @@ class SwapDriver:
         target is: a swap whose driver died (its Lease expired) may still make its own target
         resident before the pool drains for ours, and that member, not the one seen at the claim,
         is what ours replaces (the kind storm's accounting caught the claim-time one)."""
-        if self.schedule.budget(swap.pool) is not None:
-            return  # the residents that leave for it were chosen at the claim
+        if swap.arrived or self.schedule.budget(swap.pool) is not None:
+            return  # nothing to replace, or the residents that leave were chosen at the claim
         resident = self.origin(swap)
         if resident and resident != swap.member:
             swap.origin = resident
@@ -286,6 +296,25 @@ class SwapDriver:
         self.notifier.notify()
         return POLL_SECONDS
 
+    async def _resident_at_claim(self, swap: Swap) -> bool:
+        """Whether the API server names ``swap``'s target resident now that we hold the Lease.
+
+        Our cache can lag behind a swap another replica finished: it made the target resident,
+        then released the Lease, and we claimed it for the same target before our cache saw the
+        pool change. Judged by the cache, that swap would be counted a second time here (the kind
+        storm's accounting caught it on a loaded machine). The Lease was released after the pool
+        was written, so a read sent after our claim sees the pool at least as new as that release.
+        A failed read says no: the cache's view stands, as it did before this read."""
+        try:
+            with anyio.fail_after(self.coordinator.call_timeout):
+                pool = await self.coordinator.client.get(
+                    ModelPool.resource(), swap.pool, self.coordinator.namespace
+                )
+        except (KubeError, TimeoutError) as err:
+            log.debug("pool %s: reading the pool at the claim failed: %s", swap.pool, err)
+            return False
+        return swap.member in status_residents(pool.get("status") or {})
+
     def _give_up_turn(self, swap: Swap) -> None:
         """A swap the scheduler passed over leaves this replica's turn to the one it picks,
         unless a claim of its own may still stand (then it stays until that is settled)."""
@@ -318,6 +347,7 @@ class SwapDriver:
             swap.origin = origin
             swap.claimed_at = swap.renew_sent_at = swap.renewed_ok_at = sent
             log.info("pool %s: claimed the Lease for %s", swap.pool, swap.member)
+            swap.arrived = await self._resident_at_claim(swap)
         else:
             log.debug("pool %s: Lease held by %s for %s", swap.pool, claim.holder, claim.target)
 
@@ -349,7 +379,7 @@ class SwapDriver:
         self.notifier.notify()  # waiters answer now; the release below may take a while
         if swap.outcome == "ready":
             self.history.record(pool, member, self.clock() - swap.started_at)
-            if swap.holding and swap.origin != member:
+            if swap.holding and not swap.arrived and swap.origin != member:
                 metrics.SWAPS_TOTAL.labels(pool, swap.origin, member).inc()
                 metrics.SWAP_DURATION.labels(pool).observe(self.clock() - swap.claimed_at)
                 log.info("pool %s: swap %s -> %s done", pool, swap.origin or "-", member)

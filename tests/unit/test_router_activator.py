@@ -10,6 +10,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from controlplane.api.v1alpha1 import ModelPool
 from controlplane.api.v1alpha1.activation import (
     POOL_LABEL,
     TARGET_ANNOTATION,
@@ -549,6 +550,26 @@ async def test_a_swap_counts_the_resident_it_replaced_not_the_one_seen_at_its_cl
         await until(lambda: len(answered) == 1 and not driver.swaps)
     assert swaps_counted("b", "c") == before[("b", "c")] + 1
     assert swaps_counted("a", "c") == before[("a", "c")]
+
+
+async def test_a_claim_for_a_member_another_replica_already_made_resident_counts_no_swap() -> None:
+    """Another replica's swap made b resident and released the Lease; our cache still says a.
+    We claim for b: the API server's pool names b resident, so when our cache catches up, the
+    swap ends without being counted a second time (a -> b was the other replica's)."""
+    view, api = cluster()
+    api.put(ModelPool.resource(), {"metadata": {"name": "gpu-0"},
+                                   "status": {"residentMember": "b"}})  # fmt: skip
+    before = swaps_counted("a", "b")
+    driver = new_activator(view, api, "driver")
+    async with running(driver) as group:
+        answered: list[str] = []
+        ask_many(group, driver, Route("qwen", "b", "gpu-0"), 1, answered)
+        await until(lambda: holder(api) == "driver")
+        await until(lambda: driver.swaps[("gpu-0", "b")].arrived)
+        view.make_resident("gpu-0", "b")  # our cache catches up
+        driver.notifier.notify()
+        await until(lambda: len(answered) == 1 and not driver.swaps)
+    assert swaps_counted("a", "b") == before
 
 
 # -- spans ---------------------------------------------------------------------------------------
