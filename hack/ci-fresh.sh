@@ -30,6 +30,10 @@ if command -v go >/dev/null; then
   aside "$gomodcache"
 fi
 aside "${XDG_CACHE_HOME:-$HOME/.cache}/pip"
+# The engine is started first when it is not running (a machine just booted), or the images the
+# project builds would survive the run unseen and their builds be skipped: a run then measured
+# "network-policies: done in 1 s" instead of about 18 minutes.
+hack/docker-engine.sh >/dev/null
 if docker info >/dev/null 2>&1; then
   kind_clusters=$(docker ps -a --filter label=io.x-k8s.kind.cluster --format '{{.Names}}')
   [ -z "$kind_clusters" ] || { echo "$kind_clusters" | xargs -r docker rm -f >/dev/null; log "removed kind nodes: $kind_clusters"; }
