@@ -196,16 +196,22 @@ class Activator:
 
     async def upstream(self, route: Route) -> str:
         """A URL to dispatch ``route`` to now; raises a :class:`ProxyError` subclass."""
+        url = self.ready_upstream(route)
+        if url is not None:
+            return url  # fast path
+        return await self.hold(str(route.pool), route.member)
+
+    def ready_upstream(self, route: Route) -> str | None:
+        """:meth:`upstream` without the hold: the URL when ``route`` may be dispatched now, None
+        when its pool member must be held for (the caller holds, :meth:`hold`, as it sees fit:
+        the app watches a held request's client)."""
         if route.pool is None:
             urls = self.view.member_urls(route.member)
             if not urls:
                 raise BackendUnavailable(f"{route.member} has no ready endpoint")
             return urls[0]
         self.local.routed(route.pool, route.member)
-        url = self.ready_url(route.pool, route.member)
-        if url is not None:
-            return url  # fast path
-        return await self.hold(route.pool, route.member)
+        return self.ready_url(route.pool, route.member)
 
     async def hold(self, pool: str, member: str) -> str:
         """Hold until ``member`` of ``pool`` is ready (within budget), joining its swap: a span

@@ -50,8 +50,9 @@ import contextlib
 import json
 import logging
 import zlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -68,6 +69,7 @@ from starlette.types import Receive, Scope, Send
 from controlplane.router import metrics
 from controlplane.router.activator import Activator
 from controlplane.router.apikeys import ApiKeys, Verdict, check, refusal
+from controlplane.router.clientgone import unless_client_leaves
 from controlplane.router.errors import (
     MEMBER_ERROR_MAX_BYTES,
     InvalidRequest,
@@ -265,7 +267,8 @@ async def _read_error_body(upstream: UpstreamAnswer) -> bytes:
 
 
 class ClientGone(Exception):
-    """The client disconnected before its request body was read: nobody to answer."""
+    """The client disconnected before it was answered (while its body was read, or while its
+    request was held): nobody to answer."""
 
 
 class AnswerCut(Exception):
@@ -420,20 +423,30 @@ class ProxyApp:
             span.set_attribute("modelpool.member", route.member)
             span.set_attribute("modelpool.pool", route.pool or "")
             if self._keeps_alive(route, body):
-                status, reason = await serve_held_stream(
+                held, _ = await unless_client_leaves(
+                    receive,
                     send,
-                    lambda: self._dispatch(path, headers, route, raw),
-                    member=route.member,
-                    interval=context.held_stream_keepalive,
-                    expected_in=lambda: self.activator.expected_in(str(route.pool), route.member),
-                    max_answer_bytes=context.max_answer_bytes,
+                    lambda client: serve_held_stream(
+                        client.send,
+                        lambda: self._dispatch(path, headers, route, raw, self._hold),
+                        member=route.member,
+                        interval=context.held_stream_keepalive,
+                        expected_in=lambda: self.activator.expected_in(
+                            str(route.pool), route.member
+                        ),
+                        max_answer_bytes=context.max_answer_bytes,
+                    ),
                 )
+                if held is None:
+                    raise ClientGone
+                status, reason = held
                 span.set_attribute("modelpool.reason", reason)
                 audit(
                     model, status, reason, "held stream", successes_at_info=context.audit_successes
                 )
                 return
-            upstream, url, release = await self._dispatch(path, headers, route, raw)
+            watched = partial(self._watched_hold, receive, send)
+            upstream, url, release = await self._dispatch(path, headers, route, raw, watched)
         except ProxyError as err:
             await _error(err, model or "-")(scope, receive, send)
             return
@@ -448,8 +461,10 @@ class ProxyApp:
             if closed:
                 return
             closed = True
-            await upstream.aclose()
-            release()
+            try:  # not shielded (heldstream.close_dispatched is): this runs on every request
+                await upstream.aclose()
+            finally:
+                release()  # even if cancelled: a count never released keeps its member "active"
             if streaming:
                 audit(model, status, outcome[0], successes_at_info=context.audit_successes)
 
@@ -519,11 +534,30 @@ class ProxyApp:
             and self.activator.ready_url(route.pool, route.member) is None
         )
 
+    async def _hold(self, route: BackendRoute) -> str:
+        """The activator's hold for ``route``'s pool member (a held stream, watched whole)."""
+        return await self.activator.hold(str(route.pool), route.member)
+
+    async def _watched_hold(self, receive: Receive, send: Send, route: BackendRoute) -> str:
+        """The activator's hold, ended when the client leaves (raises :class:`ClientGone`): a
+        held request counts in this replica's demand report, and one nobody waits for must not
+        (clientgone.py). Only a hold is watched: the listener costs a task, which the fast path
+        (a ready member) does not pay."""
+        url, _ = await unless_client_leaves(receive, send, lambda _: self._hold(route))
+        if url is None:
+            raise ClientGone
+        return url
+
     async def _dispatch(
-        self, path: str, headers: dict[str, str], route: BackendRoute, raw: bytes
+        self,
+        path: str,
+        headers: dict[str, str],
+        route: BackendRoute,
+        raw: bytes,
+        hold: Callable[[BackendRoute], Awaitable[str]],
     ) -> tuple[UpstreamAnswer, str, Callable[[], None]]:
         """The member's answer, the URL that gave it, and the in-flight release to call when
-        its body is closed.
+        its body is closed; ``hold`` waits for a pool member that is not ready.
 
         A pool member whose connection failed before any answer began, with what the upstream
         client calls :class:`~controlplane.router.upstream.ConnectFailed` (refused; or a
@@ -539,7 +573,7 @@ class ProxyApp:
         """
         attempts = 0
         while True:
-            url = await self.activator.upstream(route)
+            url = self.activator.ready_upstream(route) or await hold(route)
             release = self.activator.inflight.track(route.member)
             try:
                 return await self._forward(path, headers, route, url, raw), url, release
@@ -549,6 +583,9 @@ class ProxyApp:
                 unsent = isinstance(cause, UpstreamFailure) and cause.unsent
                 if route.pool is None or not unsent or attempts >= UNSENT_RETRIES:
                     raise
+            except BaseException:  # cancelled (its client left) or unforeseen: it counts no more
+                release()
+                raise
             attempts += 1
             log.info("%s at %s took no request (stopping?); asking again", route.member, url)
             change = self.activator.notifier.snapshot()

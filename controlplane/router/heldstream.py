@@ -36,6 +36,7 @@ from controlplane.router.errors import (
     upstream_error,
 )
 from controlplane.router.upstream import (
+    CLOSE_TIMEOUT_SECONDS,
     DEFAULT_MAX_ANSWER_BYTES,
     UpstreamAnswer,
     UpstreamFailure,
@@ -80,8 +81,9 @@ async def serve_held_stream(
 ) -> tuple[int, str]:
     """Answer 200 now, send a comment every ``interval`` while ``dispatch`` holds, then the
     member's stream or one error event. Returns the status and reason the request is audited
-    with (the member's, or the hold's error's). A client that leaves makes ``send`` raise, which
-    cancels the hold."""
+    with (the member's, or the hold's error's). A client that leaves cancels it: under uvicorn
+    through the app's listener on ``receive()`` (:mod:`controlplane.router.clientgone`), under a
+    server whose ``send`` raises for a gone client, at the next comment."""
     await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
     outcome: list[Dispatched | ProxyError] = []
     done = anyio.Event()
@@ -95,30 +97,53 @@ async def serve_held_stream(
             done.set()
 
     gone: BaseException | None = None
-    async with anyio.create_task_group() as group:
-        group.start_soon(hold)
-        while not done.is_set():
-            with anyio.move_on_after(interval):
-                await done.wait()
-            if done.is_set():
-                break
-            try:
-                await _body(send, keepalive_comment(member, expected_in()))
-            except Exception as err:  # the client left: the hold is cancelled, the error kept
-                gone = err
-                group.cancel_scope.cancel()
-                break
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(hold)
+            while not done.is_set():
+                with anyio.move_on_after(interval):
+                    await done.wait()
+                if done.is_set():
+                    break
+                try:
+                    await _body(send, keepalive_comment(member, expected_in()))
+                except Exception as err:  # the client left: the hold is cancelled, the error kept
+                    gone = err
+                    group.cancel_scope.cancel()
+                    break
+    except BaseException:  # cancelled (the client left) as the member answered: nobody reads it
+        await _close_all(outcome)
+        raise
     if gone is not None:
+        await _close_all(outcome)
         raise gone
     (result,) = outcome
     if isinstance(result, ProxyError):
         await _body(send, error_event(result.body()), more=False)
         return result.status, result.code
-    upstream, url, release = result
+    upstream, url, _ = result
     try:
         return await _relay(send, upstream, member, url, max_answer_bytes)
     finally:
-        await upstream.aclose()
+        await close_dispatched(result)
+
+
+async def _close_all(outcome: list[Dispatched | ProxyError]) -> None:
+    for result in outcome:
+        if not isinstance(result, ProxyError):
+            await close_dispatched(result)
+
+
+async def close_dispatched(dispatched: Dispatched) -> None:
+    """Close a member's answer and release its in-flight count, also in a task being cancelled
+    (its client left): the close is shielded, with a bound of its own, and the count goes
+    whatever happens. A count never released kept its member "active" in this replica's demand
+    report for good, and the pool swapped back to it for nobody (issue 40)."""
+    upstream, _, release = dispatched
+    try:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT_SECONDS):
+            await upstream.aclose()
+    finally:
         release()
 
 

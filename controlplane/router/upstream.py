@@ -44,6 +44,9 @@ CONNECTIONS_PER_HOST: Final = 256
 DEFAULT_MAX_ANSWER_BYTES: Final = 1024 * 1024 * 1024
 #: Parsed member URLs kept (members come and go: the memo is emptied past this).
 URLS_KEPT: Final = 256
+#: How long closing a member's answer may take once its client has left: the close is shielded
+#: from the cancellation, so it needs a bound of its own; the in-flight count goes either way.
+CLOSE_TIMEOUT_SECONDS: Final = 5.0
 
 
 @dataclass(frozen=True)
