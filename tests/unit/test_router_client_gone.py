@@ -25,6 +25,7 @@ from controlplane.router.clientgone import ClientWatch, unless_client_leaves
 from controlplane.router.errors import PoolBusy
 from controlplane.router.lease import LeaseCoordinator
 from controlplane.router.upstream_httpx import HttpxUpstream
+from tests.unit.activator_helpers import until
 from tests.unit.router_fakes import FakeApi, FakeView
 from tests.unit.test_router_routing import ISVCS, POOLS, ROUTER
 
@@ -97,12 +98,6 @@ def proxy(member: httpx.MockTransport, keepalive: float = 0.0) -> tuple[Any, Act
         held_stream_keepalive=keepalive,
     )  # fmt: skip
     return build_app(context, activator, HttpxUpstream(member)), activator
-
-
-async def until(done: Any, timeout: float = 3.0) -> None:
-    with anyio.fail_after(timeout):
-        while not done():  # noqa: ASYNC110 (the fakes have no events to wait on)
-            await anyio.sleep(0.01)
 
 
 def held(activator: Activator) -> dict[str, tuple[int, float]]:
