@@ -9,7 +9,6 @@ a pool could never be judged idle.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +16,11 @@ import anyio
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.api.v1alpha1.activation import pool_lease_name
-from controlplane.api.v1alpha1.demand import DEMAND_ANNOTATION, pool_of_demand_lease
+from controlplane.api.v1alpha1.demand import live_reports
 from controlplane.local.system import RouterProxyProcess
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.errors import NotFound
-from controlplane.runtime.leaserecord import LeaseRecord
+from controlplane.runtime.leaserecord import ExpiryObserver, LeaseRecord
 from controlplane.runtime.resources import LEASES
 from tests.e2e.bodies import pool_body, router_body
 from tests.e2e.clusters import TestCluster
@@ -40,16 +39,14 @@ GONE_WITHIN_SECONDS = 10.0
 
 
 async def reported(admin: KubeClient, namespace: str) -> dict[str, dict[str, Any]]:
-    """Per replica holding a report of pool gpu-0: its demand, by member."""
-    found: dict[str, dict[str, Any]] = {}
-    for lease in (await admin.list(LEASES, namespace)).items:
-        if pool_of_demand_lease(lease) != "gpu-0":
-            continue
-        record = LeaseRecord.of(lease)
-        demand = json.loads(dict(record.annotations).get(DEMAND_ANNOTATION) or "{}")
-        if record.held and demand:
-            found[record.holder] = demand
-    return found
+    """Per replica holding a live report of pool gpu-0 that names anyone: its demand, by member,
+    read with the readers' own parser (:func:`live_reports`)."""
+    leases = (await admin.list(LEASES, namespace)).items
+    return {
+        report.holder: {member: demand.to_json() for member, demand in report.demand.items()}
+        for report in live_reports(leases, "gpu-0", ExpiryObserver())
+        if report.demand
+    }
 
 
 async def test_clients_that_leave_leave_no_demand_behind(
