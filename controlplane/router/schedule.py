@@ -12,7 +12,8 @@ is tracked since when we have seen it resident, the turn goes by
 
 It also answers the one question the fast path asks of the schedule: is admission to a member
 closed (a live intent on the pool's Lease names another member; in a pool with a budget, and
-names this one among the residents that leave for it; or a change to its pod waits for the pool)?
+names this one among the residents that leave for it; a change to its pod waits for the pool; or
+the pool is giving it back for idleness)?
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from controlplane.api.v1alpha1.modelpool import (
     DEFAULT_MAX_WAIT,
     DEFAULT_MIN_RESIDENCY,
     DEFAULT_SWAP_BUDGET,
+    status_reclaiming,
     status_residents,
 )
 from controlplane.clock import TimeSource
@@ -100,8 +102,12 @@ class PoolSchedule:
         """The turn has passed from ``member``: a live intent on the pool's Lease names another
         member and, in a pool with a budget, ``member`` among the residents that leave for it; or
         a change to its pod waits for the pool to drain it (its ``UpdatePending``: its requests
-        are held for the new pod, docs/inferenceservice.md, "Changing a serving member")."""
+        are held for the new pod, docs/inferenceservice.md, "Changing a serving member"); or the
+        pool is giving it back for idleness (``status.reclaiming``: a request held for it is
+        demand, which ends the reclaim, docs/modelpool.md "Giving an idle slot back")."""
         if update_pending(self.view.isvc(member)):
+            return True
+        if member in status_reclaiming((self.view.pool(pool_name) or {}).get("status") or {}):
             return True
         intent = self.leases.live_intent(pool_name, self.view.pool_leases(pool_name))
         if intent is None or intent.target == member:

@@ -142,6 +142,7 @@ def test_pool_printer_columns_tell_the_story() -> None:
     assert [c["name"] for c in columns if c.get("priority")] == [
         "Used",
         "Capacity",
+        "Idle",
         "Max-Wait",
         "Min-Residency",
     ]
@@ -149,6 +150,8 @@ def test_pool_printer_columns_tell_the_story() -> None:
     assert paths["Resident"] == ".status.residents"
     assert (paths["Used"], paths["Capacity"]) == (".status.budget.used", ".status.budget.capacity")
     assert paths["Waiting"] == ".status.waiting[*].member"
+    idle = next(c for c in columns if c["name"] == "Idle")
+    assert (idle["jsonPath"], idle["type"]) == (".status.idleSince", "date")
 
 
 def _rules(node: dict[str, Any]) -> list[dict[str, Any]]:
@@ -158,7 +161,15 @@ def _rules(node: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_cel_rules_cover_what_a_schema_cannot_say_and_name_their_field() -> None:
     pool_spec = schema(ModelPool)["properties"]["spec"]
-    default_rule, bound_below_budget, one_model_server, footprints_declared = _rules(pool_spec)
+    (
+        default_rule,
+        bound_below_budget,
+        idle_back_to_default,
+        one_model_server,
+        footprints_declared,
+    ) = _rules(pool_spec)
+    assert idle_back_to_default["fieldPath"] == ".scheduling.idleAction"
+    assert "spec.default" in idle_back_to_default["message"]
     assert one_model_server["fieldPath"] == ".slotServer"
     assert one_model_server["reason"] == "FieldValueForbidden"
     assert "spec.capacity" in one_model_server["message"]

@@ -677,3 +677,25 @@ async def test_a_resident_changing_its_pod_is_held_and_answered_by_the_new_pod()
         await until(lambda: len(answers) == 3)
     assert answers == ["http://127.0.0.1:9111"] * 3
     assert old not in answers
+
+
+async def test_a_resident_the_pool_gives_back_is_held_and_its_demand_keeps_it() -> None:
+    """Admission to a resident closes while the pool is giving it back for idleness
+    (``status.reclaiming``, docs/modelpool.md "Giving an idle slot back"): its requests are held,
+    never forwarded to the pod about to drain, and claimed for it as demand; once the pool ends
+    the reclaim for that demand, they are answered by the same resident."""
+    view, api = cluster()
+    view.pools["gpu-0"]["status"]["reclaiming"] = ["a"]
+    url = view.urls["a"][0]
+    activator = new_activator(view, api)
+    answers: list[str] = []
+    async with running(activator) as group:
+        ask_many(group, activator, Route("llama", "a", "gpu-0"), 2, answers)
+        await until(lambda: activator.held == 2)
+        await until(lambda: read_activation(lease(api)).target == "a")
+        assert answers == [], "nothing is forwarded to a resident being given back"
+        # The pool saw the demand (the claim, the reports): it ends the reclaim.
+        view.pools["gpu-0"]["status"]["reclaiming"] = []
+        activator.notifier.notify()
+        await until(lambda: len(answers) == 2)
+    assert answers == [url, url]

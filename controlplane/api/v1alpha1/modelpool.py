@@ -64,7 +64,10 @@ PHASE_PENDING: Final = "Pending"
 PHASE_READY: Final = "Ready"
 PHASE_SWAPPING: Final = "Swapping"
 PHASE_DEGRADED: Final = "Degraded"
-PHASES: Final = (PHASE_PENDING, PHASE_READY, PHASE_SWAPPING, PHASE_DEGRADED)
+#: The pool gave its slot back after ``spec.scheduling.idleAfter`` (``idleAction: Release``):
+#: nothing runs, and the default is not warmed; the next request brings its member up.
+PHASE_IDLE: Final = "Idle"
+PHASES: Final = (PHASE_PENDING, PHASE_READY, PHASE_SWAPPING, PHASE_DEGRADED, PHASE_IDLE)
 
 CONDITION_SLOT_ALLOCATED: Final = "SlotAllocated"
 CONDITION_MEMBERS_VALID: Final = "MembersValid"
@@ -82,6 +85,12 @@ REASON_IDLE_CHECK_FAILED: Final = "IdleCheckFailed"
 SLOT_GRANTED: Final = "Granted"
 SLOT_RELEASED: Final = "Released"
 SLOTS: Final = (SLOT_GRANTED, SLOT_RELEASED)
+
+#: ``spec.scheduling.idleAction``: what an idle resident gives way to (docs/modelpool.md, "Giving
+#: an idle slot back").
+IDLE_ACTION_DEFAULT: Final = "Default"
+IDLE_ACTION_RELEASE: Final = "Release"
+IDLE_ACTIONS: Final = (IDLE_ACTION_DEFAULT, IDLE_ACTION_RELEASE)
 
 
 @dataclass(kw_only=True)
@@ -228,6 +237,21 @@ class SchedulingSpec(ApiObject):
         DEFAULT_MIN_RESIDENCY,
         positive=False,
     )
+    idle_after: str | None = _duration(
+        "Give an idle slot back: once a resident has had no request in flight and none held "
+        "for it (and, in a pool without spec.capacity, none held for any member) this long, on "
+        "every router-proxy replica's demand reports, it is drained through the /slots gate "
+        "as for a swap and idleAction says what follows. Unset: never.",
+        None,
+        positive=True,
+    )
+    idle_action: str | None = api_field(
+        "What an idle resident gives way to after idleAfter: Default (the pool drains back to "
+        "spec.default, which is never reclaimed itself) or Release (no resident at all: the "
+        "slot and its GPU are free until the next request). Unset: Default when the pool has "
+        "spec.default, else Release.",
+        enum=IDLE_ACTIONS,
+    )
 
 
 @dataclass(kw_only=True)
@@ -248,6 +272,14 @@ class ModelPoolSpec(ApiObject):
             "spec.scheduling.maxWait must be shorter than spec.swapBudget: a held request must "
             "get its turn before its budget runs out",
             field_path=".scheduling.maxWait",
+            reason="FieldValueInvalid",
+        ),
+        Rule(
+            "!has(self.scheduling) || !has(self.scheduling.idleAction) || "
+            f"self.scheduling.idleAction != '{IDLE_ACTION_DEFAULT}' || has(self.default)",
+            f"spec.scheduling.idleAction {IDLE_ACTION_DEFAULT} drains an idle resident back to "
+            "spec.default, which this pool does not set (set it, or use Release)",
+            field_path=".scheduling.idleAction",
             reason="FieldValueInvalid",
         ),
         Rule(
@@ -345,6 +377,12 @@ class MemberStatus(ApiObject):
         "When the pool last changed its decision (slot) about the member, in microseconds: the "
         "member's status.poolDecision echoes it once its Deployment follows."
     )
+    idle_since: str | None = api_field(
+        "Of a resident, with spec.scheduling.idleAfter set: since when it has had no request in "
+        "flight and none held for it (as the pool controller saw every replica's reports); "
+        "absent while it has.",
+        format="date-time",
+    )
 
 
 @dataclass(kw_only=True)
@@ -415,6 +453,19 @@ class ModelPoolStatus(ApiObject):
         list_map_keys=("member",),
         max_items=MAX_MEMBERS,
     )
+    idle_since: str | None = api_field(
+        "With spec.scheduling.idleAfter set: since when no member has had a request in flight "
+        "or held (every replica's reports); absent while one has.",
+        format="date-time",
+    )
+    reclaiming: list[str] = api_field(
+        "Residents idle for spec.scheduling.idleAfter that the pool is giving back: every "
+        "router-proxy replica holds new requests for them (which ends the reclaim) instead of "
+        "forwarding them to a pod about to drain.",
+        default_factory=list,
+        max_items=MAX_MEMBERS,
+        list_type="set",
+    )
     observed_generation: int | None = api_field(
         "The .metadata.generation this status describes.", format="int64", minimum=0
     )
@@ -451,6 +502,13 @@ class ModelPool(CustomObject):
         PrinterColumn("Used", ".status.budget.used", description="Capacity in use", priority=1),
         PrinterColumn(
             "Capacity", ".status.budget.capacity", description="Capacity shared", priority=1
+        ),
+        PrinterColumn(
+            "Idle",
+            ".status.idleSince",
+            "date",
+            "How long no member has had a request",
+            priority=1,
         ),
         PrinterColumn(
             "Max-Wait", ".spec.scheduling.maxWait", description="Starvation bound", priority=1
@@ -524,6 +582,13 @@ def status_residents(status: ObjectView) -> list[str]:
         return [str(m) for m in listed if m]
     resident = status.get("residentMember")
     return [str(resident)] if resident else []
+
+
+def status_reclaiming(status: ObjectView) -> list[str]:
+    """The residents a pool's status says it is giving back for idleness (``reclaiming``):
+    admission to them is closed on every router-proxy replica."""
+    listed = status.get("reclaiming")
+    return [str(m) for m in listed if m] if isinstance(listed, list) else []
 
 
 def member_since(pool: ObjectView, member: str) -> str | None:

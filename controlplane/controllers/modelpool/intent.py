@@ -97,6 +97,9 @@ class OwnerReason(enum.StrEnum):
     RESIDENT = "Resident"
     DEFAULT = "Default"
     COLD = "Cold"
+    #: The resident was idle for ``spec.scheduling.idleAfter``: the slot goes back to the
+    #: default, or to nobody (:mod:`~controlplane.controllers.modelpool.idle`).
+    RECLAIMED = "Reclaimed"
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@
 What an operator of a pool wants on a dashboard and in an alert, from the one process that
 decides: which member is resident (``modelpool_pool_resident_member``, 1 for the resident), the
 pool's phase and since when it has been ``Swapping`` next to its ``swapBudget`` (so an alert can
-compare the two per pool: a budget is per pool, a rule's ``for:`` is not), swaps completed, drain
+compare the two per pool: a budget is per pool, a rule's ``for:`` is not), swaps completed, idle
+residents given back (``modelpool_pool_reclaims_total``), drain
 deferrals by reason, and the idle probes' outcomes and latency. The router's swap metrics
 (``modelpool_swaps_total``...) count what one replica drove; these count what the pool did.
 """
@@ -24,7 +25,7 @@ POOL_RESIDENT = Gauge(
 )
 POOL_PHASE = Gauge(
     "modelpool_pool_phase",
-    "1 for the pool's current phase (Pending, Ready, Swapping, Degraded), 0 for the others.",
+    "1 for the pool's current phase (Pending, Ready, Swapping, Degraded, Idle), 0 for the others.",
     ("namespace", "pool", "phase"),
     registry=REGISTRY,
 )
@@ -45,6 +46,13 @@ SWAPS_COMPLETED = Counter(
     "modelpool_pool_swaps_completed",
     "Swaps the pool completed (a new resident became Ready), by the member that became resident.",
     ("namespace", "pool", "member"),
+    registry=REGISTRY,
+)
+RECLAIMS = Counter(
+    "modelpool_pool_reclaims",
+    "Residents the pool released after spec.scheduling.idleAfter without a request, by member "
+    "and idleAction (Default, Release).",
+    ("namespace", "pool", "member", "action"),
     registry=REGISTRY,
 )
 DRAIN_DEFERRALS = Counter(

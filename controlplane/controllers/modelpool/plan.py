@@ -69,6 +69,7 @@ from controlplane.api.v1alpha1.modelpool import (
     CONDITION_SLOT_ALLOCATED,
     CONDITION_SWAP_DEFERRED,
     PHASE_DEGRADED,
+    PHASE_IDLE,
     PHASE_PENDING,
     PHASE_READY,
     PHASE_SWAPPING,
@@ -81,6 +82,7 @@ from controlplane.api.v1alpha1.modelpool import (
     ModelPoolStatus,
     WaitingDemand,
 )
+from controlplane.controllers.modelpool.idle import IdleVerdict, stamp
 from controlplane.controllers.modelpool.intent import Intent, Owner, OwnerReason
 from controlplane.controllers.modelpool.member import MemberState, missing_members
 from controlplane.controllers.modelpool.ready import pool_ready
@@ -116,6 +118,8 @@ REASON_WAITING_FOR_PODS: Final = "WaitingForPods"
 REASON_STARTING: Final = "Starting"
 REASON_NOT_DEFERRED: Final = "NotDeferred"
 REASON_WAITING_FOR_WEIGHTS: Final = "WaitingForWeights"
+REASON_RECLAIMING: Final = "Reclaiming"
+REASON_IDLE: Final = "Idle"
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +229,8 @@ class PoolView:
     #: Of a pool with a budget: the budget, and the residents that stay beside the owner.
     budget: Budget | None = None
     keep: tuple[str, ...] = ()
+    #: The idle clocks and the residents being given back (:mod:`~.idle`).
+    idle: IdleVerdict = field(default_factory=IdleVerdict)
 
 
 def _members_phase(
@@ -232,15 +238,26 @@ def _members_phase(
     residents: Collection[str],
     slots: Mapping[str, str | None],
     now: datetime | None,
+    idle: IdleVerdict,
 ) -> list[MemberStatus]:
-    """Each member's entry; a slot that changes now gets ``since`` now, others keep theirs."""
+    """Each member's entry; a slot that changes now gets ``since`` now, others keep theirs; a
+    resident's idle clock, if one runs."""
     out = []
     for name, state in members.items():
         phase = (state.phase or MEMBER_UNKNOWN) if state.found else MEMBER_NOT_FOUND
         slot = slots.get(name)
         since = state.since if slot == state.slot else (micro_time(now) if slot else None)
+        resident = name in residents
+        idle_since = stamp(idle.member_since.get(name)) if resident else None
         out.append(
-            MemberStatus(name=name, phase=phase, resident=name in residents, slot=slot, since=since)
+            MemberStatus(
+                name=name,
+                phase=phase,
+                resident=resident,
+                slot=slot,
+                since=since,
+                idle_since=idle_since,
+            )
         )
     return out
 
@@ -250,6 +267,14 @@ def _slot_condition(view: PoolView) -> tuple[str, str, str]:
     owner, plan, members = view.owner.name, view.plan, view.members
     if plan.invalid:
         return FALSE, members_valid(plan)[1], "members are invalid; no replica is changed"
+    if owner is None and view.owner.reason is OwnerReason.RECLAIMED:
+        if plan.holding:
+            leaving = ", ".join(plan.holding)
+            return FALSE, REASON_RECLAIMING, f"{leaving} idle: giving the slot back"
+        if view.keep:
+            return TRUE, REASON_RESIDENT_READY, f"{', '.join(view.keep)} hold the slot"
+        return (FALSE, REASON_IDLE, "the slot was given back after spec.scheduling.idleAfter; "
+                "the next request brings its member up")  # fmt: skip
     if owner is None:
         return FALSE, REASON_COLD, "no member is requested, resident or default: the pool is cold"
     if plan.waiting_for_weights is not None:
@@ -290,7 +315,13 @@ def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
         owner_ready = owner is not None and members[owner].ready
         resident = owner if owner_ready else previous
         pending = owner if owner is not None and not owner_ready else None
-        if owner is None:
+        if owner is None and view.owner.reason is OwnerReason.RECLAIMED:
+            # Given back for idleness: Swapping while it drains, then Idle (or Ready beside
+            # the residents a budget keeps), and the title goes with the slot.
+            phase = PHASE_SWAPPING if plan.holding else PHASE_READY if view.keep else PHASE_IDLE
+            if phase == PHASE_IDLE:
+                resident = None
+        elif owner is None:
             phase = PHASE_PENDING
         elif pending is not None or plan.holding:
             phase = PHASE_SWAPPING
@@ -309,8 +340,10 @@ def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
     status.resident_member = resident
     status.pending_member = pending
     status.residents = residents
-    status.members = _members_phase(members, residents, slots, view.now)
+    status.members = _members_phase(members, residents, slots, view.now, view.idle)
     status.waiting = [w for w in view.waiting if w.member not in residents]
+    status.idle_since = stamp(view.idle.pool_since)
+    status.reclaiming = [m for m in view.idle.due if m in residents]
     status.observed_generation = generation
 
     invalid = members_valid(plan) if plan.invalid else None
@@ -407,13 +440,18 @@ def deployment_drained(deployment: Mapping[str, Any] | None) -> bool:
 
 
 def requeue_result(
-    deferral: Deferral | None, intent: Intent | None, waiting: bool = False
+    deferral: Deferral | None,
+    intent: Intent | None,
+    waiting: bool = False,
+    idle: IdleVerdict | None = None,
 ) -> Result:
     """When to look again although no watch event may come: a deferred drain is re-probed after
-    :data:`DEFER_REQUEUE_SECONDS`, a valid intent re-checked just after it would expire, and
-    shown waiting demand re-read after :data:`WAITING_REQUEUE_SECONDS` (a report of a replica
-    that died expires with no event)."""
+    :data:`DEFER_REQUEUE_SECONDS`, a valid intent re-checked just after it would expire, shown
+    waiting demand re-read after :data:`WAITING_REQUEUE_SECONDS` (a report of a replica that died
+    expires with no event), and an idle clock looked at as it falls due."""
     delays = []
+    if idle is not None and idle.next_due_in is not None:
+        delays.append(idle.next_due_in + EXPIRY_MARGIN_SECONDS)
     if deferral is not None:
         delays.append(DEFER_REQUEUE_SECONDS)
     if intent is not None:
@@ -443,6 +481,8 @@ def owner_why(owner: Owner) -> str:
         return f"requested by {owner.intent.holder}"
     if owner.reason is OwnerReason.DEFAULT:
         return "warming the default"
+    if owner.reason is OwnerReason.RECLAIMED:
+        return "the resident was idle for spec.scheduling.idleAfter"
     return "back to the resident"
 
 

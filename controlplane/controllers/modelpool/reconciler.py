@@ -63,7 +63,7 @@ from opentelemetry import trace
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
 from controlplane.api.v1alpha1.activation import POOL_LABEL, pool_lease_name
-from controlplane.api.v1alpha1.demand import live_reports
+from controlplane.api.v1alpha1.demand import LiveReport, live_reports
 from controlplane.api.v1alpha1.inferenceservice import RUNTIME_LLAMACPP, update_pending
 from controlplane.api.v1alpha1.modelpool import (
     PHASE_READY,
@@ -80,6 +80,14 @@ from controlplane.controllers.modelpool.checks import probe_members, room_confir
 from controlplane.controllers.modelpool.claims import claimed_elsewhere
 from controlplane.controllers.modelpool.gauges import PoolGauges
 from controlplane.controllers.modelpool.grant import acknowledged
+from controlplane.controllers.modelpool.idle import (
+    Activity,
+    IdleVerdict,
+    idle_settings,
+    judge_idle,
+    parse_stamp,
+    reclaimed_owner,
+)
 from controlplane.controllers.modelpool.intent import LeaseObserver, choose_owner
 from controlplane.controllers.modelpool.member import MemberState
 from controlplane.controllers.modelpool.plan import (
@@ -241,7 +249,10 @@ class ModelPoolReconciler:
         intent = self.observer.intent(lease)
         owner = choose_owner(names, pool.spec.default, pool.status.resident_member, intent)
         budget = pool_budget(obj.get("spec") or {})
-        evict = owner.intent.evict if owner.intent is not None else ()
+        demand = self.live_reports(namespace, request.name)
+        idle = self.judge_idle(pool, obj, demand, budget is not None, owner.intent is not None)
+        owner = reclaimed_owner(owner, idle.act, idle_settings(obj["spec"]), pool.status.phase)
+        evict = (owner.intent.evict if owner.intent is not None else ()) + idle.act
         seen = await self._observe_slot_server(pool, members)
         planned_owner = owner.name
         if seen is not None:
@@ -284,8 +295,8 @@ class ModelPoolReconciler:
         slots = decided_slots(members, release, grant)
 
         now = datetime.now(UTC)
-        waiting = self.waiting(namespace, request.name, names, pool.status.resident_member)
-        view = PoolView(members, owner, plan, deferral, now, waiting, slots, budget, keep)
+        waiting = self.waiting(demand, names, pool.status.resident_member)
+        view = PoolView(members, owner, plan, deferral, now, waiting, slots, budget, keep, idle)
         status = pool_status(pool, view)
         if status.phase == PHASE_READY:
             self.record.owner_ready(key, namespace, request.name, status.resident_member)
@@ -316,8 +327,14 @@ class ModelPoolReconciler:
             resident = newly_resident(previous, status)
             if resident is not None:
                 metrics.SWAPS_COMPLETED.labels(namespace, request.name, resident).inc()
-        self.record.decision_events(obj, key, plan.refresh, release, deferral, owner)
-        result = requeue_result(deferral, intent, waiting=bool(status.waiting))
+            action = idle_settings(obj["spec"]).action
+            for member in set(released) & set(idle.act):
+                metrics.RECLAIMS.labels(namespace, request.name, member, action).inc()
+        self.record.decision_events(
+            obj, key, plan.refresh, release, deferral, owner, idle.act,
+            idle_settings(obj["spec"]).action,
+        )  # fmt: skip
+        result = requeue_result(deferral, intent, waiting=bool(status.waiting), idle=idle)
         if seen is not None and self.slot_runtime is not None:
             # The decision is written (or was already): the server carries it out.
             again = await self.slot_runtime.carry_out(key, slots, seen)
@@ -328,19 +345,46 @@ class ModelPoolReconciler:
             return Result(requeue_after=again)
         return result
 
-    def waiting(
-        self, namespace: str, pool: str, members: Sequence[str], resident: str | None
-    ) -> list[WaitingDemand]:
-        """Every live, well-formed demand report of ``pool``, summed (``status.waiting``)."""
-        mono_now, wall_now = time.monotonic(), time.time()
-        live = live_reports(
+    def live_reports(self, namespace: str, pool: str) -> list[LiveReport]:
+        """Every live, well-formed demand report of ``pool`` (every router-proxy replica's)."""
+        return live_reports(
             self.leases.store.by_index(NAMESPACE_INDEX, namespace),
             pool,
             self.observer.expiry,
             on_malformed=lambda key, why: log.debug("demand report %s ignored: %s", key, why),
         )
+
+    def waiting(
+        self, live: Sequence[LiveReport], members: Sequence[str], resident: str | None
+    ) -> list[WaitingDemand]:
+        """The live reports' held requests, summed (``status.waiting``)."""
+        mono_now, wall_now = time.monotonic(), time.time()
         reports = [SeenReport(wall_now - (mono_now - r.seen_at), r.demand) for r in live]
         return waiting_demand(reports, members, resident)
+
+    def judge_idle(
+        self, pool: ModelPool, obj: Object, live: Sequence[LiveReport], shared: bool,
+        requested: bool,
+    ) -> IdleVerdict:  # fmt: skip
+        """The idle clocks and the residents to give back (:mod:`~.idle`), on the live reports'
+        demand summed per member and the clocks as last written."""
+        activity: dict[str, Activity] = {}
+        for report in live:
+            for member, entry in report.demand.items():
+                seen = activity.get(member, Activity())
+                activity[member] = Activity(seen.held + entry.held, seen.active or entry.active)
+        status = pool.status
+        return judge_idle(
+            activity,
+            status.resident_names,
+            idle_settings(obj["spec"]),
+            shared=shared,
+            requested=requested,
+            pool_since=parse_stamp(status.idle_since),
+            member_since={m.name: parse_stamp(m.idle_since) for m in status.members if m.name},
+            published=status.reclaiming,
+            now=datetime.now(UTC),
+        )
 
     async def _observe_slot_server(
         self, pool: ModelPool, members: Mapping[str, MemberState]

@@ -39,6 +39,7 @@ tracer = trace.get_tracer("controlplane.controllers.modelpool")
 
 #: The Event of a resident drained because a change to its pod waits for the pool.
 EVENT_UPDATING_MEMBER: Final = "UpdatingMember"
+EVENT_RECLAIMED: Final = "Reclaimed"
 
 
 class SwapRecord:
@@ -128,13 +129,20 @@ class SwapRecord:
         released: Sequence[str],
         deferral: Deferral | None,
         owner: Owner,
+        reclaimed: Iterable[str] = (),
+        action: str = "",
     ) -> None:
         """The events of every decision, written or not: a resident drained to change its pod,
-        a drain that waits, an intent ignored."""
+        an idle one given back (``reclaimed``, by ``action``), a drain that waits, an intent
+        ignored."""
         for name in refreshed:
             if name in released:
                 note = f"{name} drained to change its pod; it is granted again once changed"
                 self.recorder.event(pool, "Normal", EVENT_UPDATING_MEMBER, "Drain", note)
+        for name in reclaimed:
+            if name in released:
+                note = f"{name} had no request for spec.scheduling.idleAfter: released ({action})"
+                self.recorder.event(pool, "Normal", EVENT_RECLAIMED, "Drain", note)
         if deferral is not None:
             log.info("%s: %s: %s", key, deferral.reason, deferral.message)
             self.recorder.event(pool, "Warning", deferral.reason, "Drain", deferral.message)
