@@ -7,7 +7,7 @@ directly from the simulator as a broken connection, through a proxy as an
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,15 +141,20 @@ async def serve_pool_of_two(
     namespace: str,
     workdir: Path,
     started: list[LocalProcess],
+    *,
+    token_seconds: float = TOKEN_SECONDS,
+    scheduling: Mapping[str, str] | None = None,
 ) -> None:
-    """A node (each load 1 s, each token :data:`TOKEN_SECONDS`), the pool ``gpu-0`` of ``a``
-    (resident, once this returns) and ``b`` with a 60 s budget, and the router ``router``."""
+    """A node (each load 1 s, each token ``token_seconds``), the pool ``gpu-0`` of ``a``
+    (resident, once this returns) and ``b`` with a 60 s budget and ``scheduling``, and the router
+    ``router``."""
     start_node(cluster, workdir, started, namespace=namespace, load_seconds=1.0,
-               token_seconds=TOKEN_SECONDS)  # fmt: skip
+               token_seconds=token_seconds)  # fmt: skip
     for name, replicas in (("a", 1), ("b", 0)):
         await admin.create(ISVC, isvc_body(name, replicas), namespace)
     pool = ModelPool.resource()
-    await admin.create(pool, pool_body("gpu-0", ("a", "b"), "a", "60s"), namespace)
+    body = pool_body("gpu-0", ("a", "b"), "a", "60s", scheduling=scheduling)
+    await admin.create(pool, body, namespace)
     await admin.create(ModelRouter.resource(), router_body("router", "gpu-0"), namespace)
 
     async def settled() -> bool:

@@ -1,0 +1,156 @@
+"""An idle slot is given back (docs/modelpool.md, "Giving an idle slot back"), never a busy one.
+
+The operator runs under its ServiceAccount, the node stand-in plays the members as simulators,
+and a ``controlplane router-proxy`` carries the requests, so the pool judges idleness on the
+demand reports it really writes. Every test runs under the pool invariant monitor (never two
+members of the pool running at once, settled at teardown). A stream that was cut would end
+without its ``[DONE]`` (an ``upstream_disconnected`` error event through the proxy).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from controlplane.api.v1alpha1 import ModelPool
+from controlplane.local.system import RouterProxyProcess
+from controlplane.runtime.client import KubeClient
+from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
+from tests.e2e.memberstreams import (
+    STREAM_TOKENS,
+    event_reasons,
+    pod_names,
+    serve_pool_of_two,
+    streaming,
+)
+from tests.e2e.operator_process import LocalProcess, OperatorProcess
+from tests.e2e.proxies import chat, start_proxies
+from tests.e2e.waiting import eventually
+
+pytestmark = pytest.mark.anyio
+
+POOL = ModelPool.resource()
+IDLE_AFTER = 5.0
+#: Each simulated token takes 40 ms: a stream of 250 lasts about 10 s, twice ``idleAfter``.
+SLOW_TOKEN_SECONDS = 0.04
+#: The pool's swapBudget (``serve_pool_of_two``): a held request is answered within it.
+BUDGET = 60.0
+TIMEOUT = 60.0
+
+
+async def status_of(admin: KubeClient, namespace: str) -> dict[str, Any]:
+    return dict((await admin.get(POOL, "gpu-0", namespace)).get("status") or {})
+
+
+async def ask(proxy: RouterProxyProcess, model: str) -> tuple[int, str, float]:
+    """One request through the proxy: its status, the model that answered, how long it took."""
+    started = time.monotonic()
+    async with http_client(timeout=BUDGET + 30, trust_env=False) as http:
+        reply = await http.post(f"{proxy.url}/v1/chat/completions", json=chat(model, max_tokens=4))
+    answered = str(reply.json().get("model", "")) if reply.status_code == 200 else reply.text
+    return reply.status_code, answered, time.monotonic() - started
+
+
+async def test_a_released_pool_waits_for_its_stream_then_gives_the_slot_back_after_idle_after(
+    cluster: TestCluster,
+    admin: KubeClient,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+) -> None:
+    """``idleAfter: 5s``, ``idleAction: Release``, set while a 10 s stream is in flight: the
+    resident keeps the slot for the whole stream (twice idleAfter), which ends whole; once the
+    reports go quiet it is drained no sooner than idleAfter later, the pool is ``Idle`` with no
+    resident and no pod (its default is not warmed again), and the next request is held and
+    answered by the member brought back, within the pool's budget."""
+    await serve_pool_of_two(cluster, admin, namespace, tmp_path, started,
+                            token_seconds=SLOW_TOKEN_SECONDS)  # fmt: skip
+    (proxy,) = await start_proxies(cluster, admin, namespace, tmp_path, started, 1)
+    async with streaming(proxy.url, "model-a") as (stream, ended):
+        settings = {"idleAfter": f"{IDLE_AFTER:.0f}s", "idleAction": "Release"}
+        await admin.patch(POOL, "gpu-0", {"spec": {"scheduling": settings}}, namespace)
+        watched_from = time.monotonic()
+        while not ended.is_set():
+            status = await status_of(admin, namespace)
+            assert status.get("reclaiming", []) == [], f"a busy resident given back: {status}"
+            assert (status.get("phase"), status.get("residentMember")) == ("Ready", "a"), status
+            assert await pod_names(admin, namespace, "a"), "a's pod went during its stream"
+            await anyio.sleep(0.2)
+        quiet_from = time.monotonic()
+    assert quiet_from - watched_from > IDLE_AFTER, "the stream ended too soon to show anything"
+    assert stream.whole, stream
+    assert stream.tokens == STREAM_TOKENS, stream
+
+    async def given_back() -> dict[str, Any] | None:
+        status = await status_of(admin, namespace)
+        if status.get("phase") != "Idle" or await pod_names(admin, namespace, "a"):
+            return None
+        return status
+
+    idle = await eventually(given_back, timeout=TIMEOUT, what="the pool Idle, a's pod gone")
+    assert time.monotonic() - quiet_from >= IDLE_AFTER, "given back before idleAfter of quiet"
+    assert (idle.get("residentMember"), idle.get("residents", [])) == (None, []), idle
+    assert idle.get("idleSince"), idle
+    assert "Reclaimed" in await event_reasons(admin, namespace, "ModelPool", "gpu-0")
+    await anyio.sleep(2.0)
+    still = await status_of(admin, namespace)
+    assert still.get("phase") == "Idle", f"the default was warmed again: {still}"
+    assert not await pod_names(admin, namespace, "a")
+
+    code, model, took = await ask(proxy, "model-a")
+    assert (code, model) == (200, "model-a")
+    assert took < BUDGET
+    back = await status_of(admin, namespace)
+    assert (back.get("phase"), back.get("residentMember")) == ("Ready", "a"), back
+    assert not back.get("idleSince"), "a request in flight stopped the clock"
+
+
+async def test_an_idle_member_drains_back_to_the_default_and_a_request_meanwhile_is_answered(
+    cluster: TestCluster,
+    admin: KubeClient,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+) -> None:
+    """``idleAfter: 5s`` with the default ``idleAction`` (``Default``, the pool has a default):
+    the default itself is never given back; a member a request brought up is, once quiet, and the
+    pool swaps back to the default. A request for that member once the reclaim is published is
+    answered within the pool's budget (by the member kept, or brought back)."""
+    scheduling = {"idleAfter": f"{IDLE_AFTER:.0f}s"}
+    await serve_pool_of_two(cluster, admin, namespace, tmp_path, started, scheduling=scheduling)
+    (proxy,) = await start_proxies(cluster, admin, namespace, tmp_path, started, 1)
+    await anyio.sleep(IDLE_AFTER + 3)
+    status = await status_of(admin, namespace)
+    assert (status.get("phase"), status.get("residentMember")) == ("Ready", "a"), status
+    assert status.get("idleSince"), "the default's clock runs, and it stays"
+
+    assert (await ask(proxy, "model-b"))[:2] == (200, "model-b")
+    quiet_from = time.monotonic()
+
+    async def reclaiming_b() -> dict[str, Any] | None:
+        status = await status_of(admin, namespace)
+        return status if "b" in status.get("reclaiming", []) else None
+
+    await eventually(reclaiming_b, timeout=TIMEOUT, interval=0.05, what="b being given back")
+    assert time.monotonic() - quiet_from >= IDLE_AFTER, "given back before idleAfter of quiet"
+    code, model, took = await ask(proxy, "model-b")
+    assert (code, model) == (200, "model-b"), "a request during the reclaim was refused"
+    assert took < BUDGET
+
+    async def back_to_default() -> dict[str, Any] | None:
+        status = await status_of(admin, namespace)
+        if (status.get("phase"), status.get("residentMember")) != ("Ready", "a"):
+            return None
+        return None if await pod_names(admin, namespace, "b") else status
+
+    await eventually(
+        back_to_default, timeout=TIMEOUT + IDLE_AFTER, what="the slot back to the default a"
+    )
+    assert "Reclaimed" in await event_reasons(admin, namespace, "ModelPool", "gpu-0")
