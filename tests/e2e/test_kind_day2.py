@@ -1,12 +1,17 @@
-"""A node drain on a real cluster waits for idle (docs/inferenceservice.md, "Node drains"):
-``kubectl drain`` of the node of a busy pool resident, while a stream is generating through the
-router's Service, waits until the stream has ended whole, and the pool serves again afterwards.
+"""Day-2 operations on a real cluster, under the pool invariant monitor (member pods watched).
 
-Only in kind: the Eviction API's refusal by the member's PodDisruptionBudget (computed by the real
-disruption controller), the drain's own retry loop, and the scheduler keeping the next pod off the
-cordoned node are real here. The cluster has one node, so the drain is limited to the resident's
-pods (``--pod-selector``: the operator, the proxies and the client stay), and the pool serves
-again once the node is uncordoned. The pool invariant monitor watches the member pods throughout.
+A node drain waits for idle (docs/inferenceservice.md, "Node drains"): ``kubectl drain`` of the
+node of a busy pool resident, while a stream is generating through the router's Service, waits
+until the stream has ended whole, and the pool serves again afterwards. Only in kind: the Eviction
+API's refusal by the member's PodDisruptionBudget (computed by the real disruption controller),
+the drain's own retry loop, and the scheduler keeping the next pod off the cordoned node are real
+here. The cluster has one node, so the drain is limited to the resident's pods
+(``--pod-selector``: the operator, the proxies and the client stay), and the pool serves again
+once the node is uncordoned.
+
+An idle pool gives its slot back (docs/modelpool.md, "Giving an idle slot back") and the next
+request through the router's Service brings its member back: the real kubectl shows the ``Idle``
+column.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 import anyio
 import pytest
 
-from controlplane.api.v1alpha1 import InferenceService
+from controlplane.api.v1alpha1 import InferenceService, ModelPool
 from controlplane.api.v1alpha1.inferenceservice import CONDITION_UPDATE_PENDING
 from controlplane.api.v1alpha1.inferenceservice import update_pending as pending_update
 from controlplane.runtime.client import KubeClient
@@ -94,6 +99,41 @@ async def test_kubectl_drain_of_a_busy_residents_node_waits_for_its_stream(
         again = await ask_in_cluster(cluster, namespace, "after", url, "a")
         assert again["status"] == 200, again
         assert again["body"]["model"] == "a"
+        monitor.settle()
+        monitor.check()
+    finally:
+        monitor.stop()
+
+
+async def test_an_idle_pool_gives_its_slot_back_and_the_next_request_brings_it_back(
+    admin: KubeClient, cluster: TestCluster, namespace: str, operator_pod: str
+) -> None:
+    """``idleAfter: 5s`` with ``Release`` on a pool behind the router's Service: once nothing is
+    asked, the resident's pod goes and the pool is ``Idle`` (shown by ``kubectl get -o wide``'s
+    ``Idle`` column); a request sent from a pod through the Service is held and answered by the
+    member brought back. The invariant monitor watches the member pods throughout."""
+    monitor = PoolInvariantMonitor(
+        cluster.admin_config(), namespace, sample_processes=False
+    ).start()
+    try:
+        await pool_behind_router(admin, cluster, namespace, proxies=1)
+        idle = {"spec": {"scheduling": {"idleAfter": "5s", "idleAction": "Release"}}}
+        await admin.patch(ModelPool.resource(), "gpu", idle, namespace)
+
+        async def given_back() -> bool:
+            pool = await admin.get(ModelPool.resource(), "gpu", namespace)
+            phase = (pool.get("status") or {}).get("phase")
+            return phase == "Idle" and not await member_pods(admin, namespace, "a")
+
+        await eventually(given_back, timeout=ROLLOUT_TIMEOUT, what="pool gpu Idle, a's pod gone")
+        _, shown, _ = await kubectl(cluster, "-n", namespace, "get", "mpool", "gpu", "-o", "wide")
+        header, row = shown.splitlines()[:2]
+        assert "IDLE" in header.split(), shown
+        assert "Idle" in row.split(), shown
+
+        back = await ask_in_cluster(cluster, namespace, "after-idle", chat_url(namespace), "a")
+        assert back["status"] == 200, back
+        assert back["body"]["model"] == "a"
         monitor.settle()
         monitor.check()
     finally:
