@@ -221,6 +221,34 @@ async def test_an_enabled_member_comes_back_with_its_kv_cache_and_is_ready_only_
     await events_for(admin, namespace, "a", "KvCacheRestored")
 
 
+async def test_a_member_given_back_for_idleness_is_saved_and_comes_back_warm(
+    admin: KubeClient,
+    namespace: str,
+    operator: OperatorProcess,
+    node: NodeStandInProcess,
+) -> None:
+    """Giving an idle slot back (docs/modelpool.md) is the same release as a swap's: a member
+    with ``kvCache`` is saved before the pool frees the slot (``idleAction: Release``), and the
+    request that brings it back finds its prompt cached."""
+    await setup_pool(admin, namespace, kv_member("a"), isvc_body("b"))
+    assert (await ask(admin, namespace, "a"))["cache_n"] == 0
+    idle = {"spec": {"scheduling": {"idleAfter": "2s", "idleAction": "Release"}}}
+    await admin.patch(POOL, "gpu", idle, namespace)
+
+    def given_back(pool: Object) -> bool:
+        return (pool.get("status") or {}).get("phase") == "Idle"
+
+    await wait_pool(admin, namespace, "gpu", given_back, "the slot given back")
+    saved = (await kv_status(admin, namespace, "a"))["lastSave"]
+    assert (saved["outcome"], saved["slots"]) == ("Succeeded", [0])
+
+    await swap_to(admin, namespace, "a")  # the next request's claim
+    warm = await ask(admin, namespace, "a")
+    assert (warm["prompt_n"], warm["cache_n"]) == (1, PROMPT_TOKENS - 1), warm
+    restored = (await kv_status(admin, namespace, "a"))["lastRestore"]
+    assert (restored["outcome"], restored["tokens"]) == ("Succeeded", saved["tokens"])
+
+
 async def test_a_save_that_fails_is_an_event_and_a_metric_and_the_swap_completes(
     admin: KubeClient,
     namespace: str,
