@@ -33,6 +33,8 @@ from controlplane.controllers.modelpool.idle import (
 from controlplane.controllers.modelpool.intent import Intent, Owner, OwnerReason, choose_owner
 from controlplane.controllers.modelpool.member import MemberState
 from controlplane.controllers.modelpool.plan import PoolView, plan_actions, pool_status
+from controlplane.controllers.modelpool.residents import kept_residents
+from controlplane.scheduling.budget import Budget
 
 NOW = datetime(2026, 12, 4, 12, 0, 0, tzinfo=UTC)
 RELEASE = IdleSettings(after=5.0, action=IDLE_ACTION_RELEASE, default="a")
@@ -301,3 +303,24 @@ def test_released_for_idleness_the_pool_drains_then_is_idle_with_no_resident() -
     assert (slot.status, slot.reason) == ("False", "Idle")
     ready = next(c for c in idle.conditions if c.type == "Ready")
     assert ready.status == "True", "an idle pool still serves: the next request brings it up"
+
+
+def test_beside_a_budget_only_the_resident_due_leaves_and_the_others_stay() -> None:
+    """A pool with a budget: b quiet past idleAfter, c busy; acted on, b is not kept, so the plan
+    probes it (the /slots gate) and c keeps the slot and its fast path."""
+    budget = Budget(2, {"a": 1, "b": 1, "c": 1})
+    verdict = judge(
+        {"c": IN_FLIGHT},
+        residents=("b", "c"),
+        shared=True,
+        clocks={"b": ago(60), "c": ago(60)},
+        published=("b",),
+    )
+    assert verdict.act == ("b",)
+    members = {"a": gone("a"), "b": up("b"), "c": up("c")}
+    owner = reclaimed_owner(Owner("c", OwnerReason.RESIDENT), verdict.act, RELEASE, PHASE_READY)
+    assert owner == Owner("c", OwnerReason.RESIDENT), "c was not due: it stays the owner"
+    keep = kept_residents(members, ["b", "c"], owner.name, verdict.act, budget)
+    assert keep == ()
+    plan = plan_actions(members, owner.name, keep, budget)
+    assert (plan.probe, plan.release, plan.grant) == (("b",), (), None)
