@@ -21,24 +21,20 @@ from controlplane.api.v1alpha1.modelpool import (
     SLOT_RELEASED,
 )
 from controlplane.controllers.modelpool.idle import (
-    Activity,
-    IdleSettings,
-    IdleVerdict,
+    PoolIdleSettings,
     idle_settings,
-    judge_idle,
-    parse_stamp,
     reclaimed_owner,
-    stamp,
 )
 from controlplane.controllers.modelpool.intent import Intent, Owner, OwnerReason, choose_owner
 from controlplane.controllers.modelpool.member import MemberState
 from controlplane.controllers.modelpool.plan import PoolView, plan_actions, pool_status
 from controlplane.controllers.modelpool.residents import kept_residents
 from controlplane.scheduling.budget import Budget
+from controlplane.scheduling.idle import Activity, IdleVerdict, judge_idle, parse_stamp, stamp
 
 NOW = datetime(2026, 12, 4, 12, 0, 0, tzinfo=UTC)
-RELEASE = IdleSettings(after=5.0, action=IDLE_ACTION_RELEASE, default="a")
-BACK_TO_DEFAULT = IdleSettings(after=5.0, action=IDLE_ACTION_DEFAULT, default="a")
+RELEASE = PoolIdleSettings(after=5.0, action=IDLE_ACTION_RELEASE, default="a")
+BACK_TO_DEFAULT = PoolIdleSettings(after=5.0, action=IDLE_ACTION_DEFAULT, default="a")
 
 
 def ago(seconds: float) -> datetime:
@@ -48,7 +44,7 @@ def ago(seconds: float) -> datetime:
 def judge(
     activity: Mapping[str, Activity],
     residents: tuple[str, ...] = ("b",),
-    settings: IdleSettings = RELEASE,
+    settings: PoolIdleSettings = RELEASE,
     *,
     shared: bool = False,
     requested: bool = False,
@@ -58,7 +54,7 @@ def judge(
     return judge_idle(
         activity,
         residents,
-        settings,
+        settings.rule,
         shared=shared,
         requested=requested,
         pool_since=None,
@@ -114,7 +110,7 @@ HELD = Activity(held=1)
         (
             "idleAfter unset: no clock at all",
             {},
-            {"clocks": {"b": ago(60)}, "settings": IdleSettings(after=None)},
+            {"clocks": {"b": ago(60)}, "settings": PoolIdleSettings(after=None)},
             (),
         ),
         (
@@ -134,7 +130,7 @@ def test_who_is_due(
 
 def test_a_clock_starts_on_the_next_whole_second_and_keeps_its_start() -> None:
     now = NOW + timedelta(microseconds=250_000)
-    first = judge_idle({}, ("b",), RELEASE, shared=False, requested=False, pool_since=None,
+    first = judge_idle({}, ("b",), RELEASE.rule, shared=False, requested=False, pool_since=None,
                        member_since={}, published=(), now=now)  # fmt: skip
     assert first.member_since == {"b": NOW + timedelta(seconds=1)}
     assert first.pool_since == NOW + timedelta(seconds=1)
@@ -200,7 +196,7 @@ def test_a_busy_resident_is_never_due(
     budget) any held request in the pool, is never due, never acted on; nothing acted on was not
     published; and no clock is due before idleAfter."""
     settings = BACK_TO_DEFAULT if default_action else RELEASE
-    verdict = judge_idle(activity, residents, settings, shared=shared, requested=requested,
+    verdict = judge_idle(activity, residents, settings.rule, shared=shared, requested=requested,
                          pool_since=None, member_since=member_since, published=published,
                          now=NOW)  # fmt: skip
     held_anywhere = any(a.held for a in activity.values())
@@ -209,7 +205,7 @@ def test_a_busy_resident_is_never_due(
         assert activity.get(member, QUIET).quiet
         assert shared or not held_anywhere
         assert shared or not requested
-        assert settings.reclaimable(member)
+        assert settings.rule.reclaimable(member)
         assert NOW - verdict.member_since[member] >= timedelta(seconds=5)
     assert set(verdict.act) <= set(verdict.due) & set(published)
     if any(not a.quiet for a in activity.values()):
@@ -217,9 +213,9 @@ def test_a_busy_resident_is_never_due(
 
 
 def test_idle_settings_read_from_the_spec() -> None:
-    assert idle_settings({}) == IdleSettings(after=None, action=IDLE_ACTION_RELEASE)
+    assert idle_settings({}) == PoolIdleSettings(after=None, action=IDLE_ACTION_RELEASE)
     with_default = {"default": "a", "scheduling": {"idleAfter": "5m"}}
-    assert idle_settings(with_default) == IdleSettings(300.0, IDLE_ACTION_DEFAULT, "a")
+    assert idle_settings(with_default) == PoolIdleSettings(300.0, IDLE_ACTION_DEFAULT, "a")
     released = {"default": "a", "scheduling": {"idleAfter": "5s", "idleAction": "Release"}}
     assert idle_settings(released) == RELEASE
 
@@ -237,7 +233,11 @@ def test_idle_settings_read_from_the_spec() -> None:
     ],
 )
 def test_the_owner_after_a_reclaim(
-    owner: Owner, act: tuple[str, ...], settings: IdleSettings, phase: str, expected: str | None
+    owner: Owner,
+    act: tuple[str, ...],
+    settings: PoolIdleSettings,
+    phase: str,
+    expected: str | None,
 ) -> None:
     after = reclaimed_owner(owner, act, settings, phase)
     assert after.name == expected

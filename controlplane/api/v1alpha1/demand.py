@@ -43,6 +43,10 @@ REPORT_DEMAND: Final = "demand"
 #: Annotation holding the report's JSON.
 DEMAND_ANNOTATION: Final = "inference.modelpool.dev/demand"
 DEMAND_LEASE_PREFIX: Final = "modelpool-demand-"
+#: The report key under which a replica reports its demand for InferenceServices no pool lists
+#: that scale to zero (``spec.idleAfter``), in place of a pool's name: a pool's name is a DNS label
+#: and cannot contain a dot, so no pool's reports are ever read as these.
+STANDALONE_REPORTS: Final = "isvc.standalone"
 #: Members one report may name; a longer one is refused as malformed (a pool has at most 32).
 MAX_REPORTED_MEMBERS: Final = 64
 #: Held requests one report may claim for a member; beyond it the report is malformed.

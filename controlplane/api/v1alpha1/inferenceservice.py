@@ -33,6 +33,7 @@ from controlplane.api.struct import ApiObject
 from controlplane.api.v1alpha1.conditions import Condition, conditions_field
 from controlplane.api.v1alpha1.meta import (
     AGE,
+    DURATION_PATTERN,
     CustomObject,
     PrinterColumn,
     ResourceRequirements,
@@ -258,6 +259,21 @@ class InferenceServiceSpec(ApiObject):
         "What the server's pod needs on this cluster: tolerations, affinity, priority and "
         "runtime class, pull secrets, env, extra volumes, pod labels and annotations."
     )
+    idle_after: str | None = api_field(
+        "Scale to zero when idle: once no router-proxy replica has reported a request in flight "
+        "or held for this InferenceService this long, it is scaled to zero through its /slots "
+        "gate, and a router-proxy holds its next request while it comes back. Unset: never. "
+        "Ignored while a ModelPool lists it (the pool's spec.scheduling.idleAfter applies).",
+        pattern=DURATION_PATTERN,
+        max_length=32,
+        rules=(
+            Rule(
+                "duration(self) > duration('0s')",
+                "spec.idleAfter must be a positive duration (e.g. 15m)",
+                reason="FieldValueInvalid",
+            ),
+        ),
+    )
 
     def desired_replicas(self) -> int:
         """The replicas this spec asks for (absent means 1)."""
@@ -368,6 +384,16 @@ class InferenceServiceStatus(ApiObject):
     model: ModelStatus | None = api_field(
         "Where the weights are, and how their download goes (the ModelReady condition)."
     )
+    idle_since: str | None = api_field(
+        "With spec.idleAfter set: since when no router-proxy replica has reported a request in "
+        "flight or held for it; absent while one has.",
+        format="date-time",
+    )
+    scaled_to_zero: bool | None = api_field(
+        "Scaled to zero (or about to be) after spec.idleAfter without a request: every "
+        "router-proxy replica holds its requests instead of forwarding them, and a request held "
+        "brings it back."
+    )
     conditions: list[Condition] = conditions_field("Current conditions.")
 
 
@@ -414,6 +440,18 @@ class InferenceService(CustomObject):
     status: InferenceServiceStatus = api_field(
         "Observed state.", default_factory=InferenceServiceStatus
     )
+
+
+def scales_to_zero(isvc: ObjectView | None) -> bool:
+    """``spec.idleAfter`` is set: a router-proxy holds a request for it while it has no ready
+    endpoint, and reports its demand (docs/inferenceservice.md, "Scale to zero")."""
+    return bool(((isvc or {}).get("spec") or {}).get("idleAfter"))
+
+
+def is_scaled_to_zero(isvc: ObjectView | None) -> bool:
+    """The controller scaled it to zero for idleness, or is about to (``status.scaledToZero``):
+    a router-proxy holds its requests rather than forward them to a pod about to stop."""
+    return ((isvc or {}).get("status") or {}).get("scaledToZero") is True
 
 
 def update_pending(isvc: ObjectView | None) -> bool:

@@ -21,7 +21,7 @@ from typing import Any, Final
 from controlplane.api.v1alpha1 import InferenceService
 from controlplane.controllers.inferenceservice.disruption import leaving_node, pods_leaving
 from controlplane.controllers.inferenceservice.rollout import Gate, RolloutVerdict, rollout_gate
-from controlplane.probes.idle import IdleProbe
+from controlplane.probes.idle import IdleOutcome, IdleProbe
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import member_urls
 from controlplane.runtime.errors import Conflict, NotFound
@@ -82,6 +82,17 @@ class DayTwoMoves:
         urls = member_urls(self.endpoint_slices.store, isvc.namespace or "", isvc.name)
         key = f"{isvc.namespace}/{isvc.name}"
         return gate(reports=[(url, await self.idle_probe.probe(url, member=key)) for url in urls])
+
+    async def busy_endpoints(self, isvc: InferenceService) -> list[str]:
+        """What keeps a service from being scaled to zero for idleness: each ready endpoint whose
+        ``/slots`` did not say idle, with what it said (none: every one is idle, or it has none)."""
+        key = f"{isvc.namespace}/{isvc.name}"
+        busy = []
+        for url in member_urls(self.endpoint_slices.store, isvc.namespace or "", isvc.name):
+            report = await self.idle_probe.probe(url, member=key)
+            if report.outcome is not IdleOutcome.IDLE:
+                busy.append(f"{url}: {report.detail}")
+        return busy
 
     async def move_off(
         self, client: KubeClient, key: str, leaving: Sequence[Mapping[str, Any]]

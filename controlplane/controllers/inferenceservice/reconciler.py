@@ -39,6 +39,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
+from controlplane.api.v1alpha1.activation import POOL_LABEL
 from controlplane.clock import TimeSource
 from controlplane.controllers.children import foreign_child, needs_apply
 from controlplane.controllers.inferenceservice.childwrites import ChildWriter
@@ -50,6 +51,13 @@ from controlplane.controllers.inferenceservice.desired import (
     owner_reference,
 )
 from controlplane.controllers.inferenceservice.fetching import WeightsFetcher
+from controlplane.controllers.inferenceservice.idle import (
+    StandaloneDemand,
+    explain_idle,
+    idle_requeue,
+    judge_standalone,
+    on_standalone_report,
+)
 from controlplane.controllers.inferenceservice.kvsteps import KvCacheSteps
 from controlplane.controllers.inferenceservice.network import MemberNetworkPolicy
 from controlplane.controllers.inferenceservice.replicas import ReplicaDecider, asked_replicas
@@ -95,12 +103,14 @@ from controlplane.runtime.resources import (
     DEPLOYMENTS,
     ENDPOINT_SLICES,
     JOBS,
+    LEASES,
     NETWORK_POLICIES,
     NODES,
     POD_DISRUPTION_BUDGETS,
     PODS,
     SERVICES,
 )
+from controlplane.scheduling.idle import IdleVerdict, stamp
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +140,7 @@ class InferenceServiceReconciler:
         idle_probe: IdleProbe | None = None,
         disruption_budgets: Informer | None = None,
         nodes: Informer | None = None,
+        standalone_demand: StandaloneDemand | None = None,
         clock: TimeSource = time.monotonic,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
@@ -155,6 +166,8 @@ class InferenceServiceReconciler:
             wall_clock=wall_clock,
         )
         self.day2 = DayTwoMoves(idle_probe or SlotsProbe(), endpoint_slices, nodes)
+        #: The router-proxies' demand for services no pool lists (None: none scales to zero).
+        self.standalone_demand = standalone_demand
         #: Keys whose Deployment we lowered and whose cached Deployment still shows it up: a
         #: reconcile on that stale cache must not save the draining pod's slots a second time.
         self._lowered: set[str] = set()
@@ -184,6 +197,9 @@ class InferenceServiceReconciler:
         verdict, placement, requeue = await self._weights(obj)
         rollout = UP_TO_DATE
         replicas = self.decider.decide(obj, deployment, weights=verdict)
+        idle = self._idle(obj, replicas.pools)
+        if idle.act:
+            replicas = replace(replicas, count=0)  # scaled to zero for idleness
         if conflict is None and replicas.count > asked_replicas(deployment):
             try:
                 replicas = await self.decider.confirm_raise(
@@ -193,6 +209,13 @@ class InferenceServiceReconciler:
                 return Result()  # deleted meanwhile
         isvc = InferenceService.from_dict(replicas.obj)
         pods = self._pod_count(isvc)
+        requeue = _sooner(requeue, idle_requeue(idle, isvc.spec.idle_after))
+        if idle.act and conflict is None and asked_replicas(deployment) > 0:
+            busy = await self.day2.busy_endpoints(isvc)
+            if busy:  # the /slots gate: nothing in flight is cut, as for a pool's drain
+                log.info("%s: scale to zero deferred: %s", key, "; ".join(busy))
+                replicas = replace(replicas, count=asked_replicas(deployment))
+                requeue = _sooner(requeue, UPDATE_RECHECK_SECONDS)
         if conflict is None:
             # Before the Deployment: a member's pod never starts open to the whole cluster.
             served = replicas.slot_server
@@ -258,6 +281,7 @@ class InferenceServiceReconciler:
         decision = compute_phase(replicas.count, deployment, pods, conflict)
         decision = served_phase(decision, replicas.slot_server, isvc.name)
         decision = explain_hold(decision, replicas.hold)
+        decision = explain_idle(decision, idle, isvc.spec.idle_after)
         if replicas.hold.settling:
             requeue = min(requeue or replicas.hold.settle_seconds, replicas.hold.settle_seconds)
         settle = Result(requeue_after=requeue) if requeue is not None else Result()
@@ -265,6 +289,8 @@ class InferenceServiceReconciler:
             isvc, decision, deployment, replicas.pools, replicas.count, update=rollout
         )
         with_weights(status, verdict, isvc.metadata.generation)
+        status.idle_since = stamp(idle.pool_since)
+        status.scaled_to_zero = True if idle.due else None
         if conflict is None:
             status.pool_decision = self.decider.acknowledgement(key, replicas, deployment)
         if not status_changed(isvc.status, status):
@@ -272,6 +298,14 @@ class InferenceServiceReconciler:
         return await write_status(
             self.client, self.recorder, key, obj, isvc, status, decision, verdict, settle
         )
+
+    def _idle(self, obj: Object, pools: tuple[str, ...]) -> IdleVerdict:
+        """Of a service no pool lists, with ``spec.idleAfter``: its idle verdict (:mod:`~.idle`)."""
+        isvc = InferenceService.from_dict(obj)
+        if pools or self.standalone_demand is None or not isvc.spec.idle_after:
+            return IdleVerdict()
+        activity = self.standalone_demand.activity(isvc.namespace or "", isvc.name)
+        return judge_standalone(isvc, activity, datetime.now(UTC))
 
     async def _weights(self, obj: Object) -> tuple[WeightsVerdict, WeightsPlacement, float | None]:
         """Where the weights stand (and the fetch Job, for a fetched source): see
@@ -325,6 +359,9 @@ def setup_inference_service_controller(
     nodes = manager.informer(NODES)
     network_policies = manager.informer(NETWORK_POLICIES)
     disruption_budgets = manager.informer(POD_DISRUPTION_BUDGETS, label_selector=ISVC_LABEL)
+    leases = manager.informer(LEASES, label_selector=POOL_LABEL)
+    standalone_demand = StandaloneDemand(leases)
+    leases.add_handler(standalone_demand)  # before the controller's handler: seen, then reconciled
     recorder = manager.event_recorder(EVENT_REPORTER, identity)
 
     async def default_placement() -> WeightsPlacement:
@@ -352,6 +389,7 @@ def setup_inference_service_controller(
         network=network,
         disruption_budgets=disruption_budgets,
         nodes=nodes,
+        standalone_demand=standalone_demand,
     )
     (
         manager.new_controller(
@@ -368,5 +406,6 @@ def setup_inference_service_controller(
         .watches(pods, pod_to_owner)
         .watches(pools, pool_to_members)
         .watches(endpoint_slices, slice_to_owner)
+        .watches(leases, lambda lease: on_standalone_report(inference_services.store, lease))
     )
     return reconciler

@@ -82,7 +82,6 @@ from controlplane.api.v1alpha1.modelpool import (
     ModelPoolStatus,
     WaitingDemand,
 )
-from controlplane.controllers.modelpool.idle import IdleVerdict, stamp
 from controlplane.controllers.modelpool.intent import Intent, Owner, OwnerReason
 from controlplane.controllers.modelpool.member import MemberState, missing_members
 from controlplane.controllers.modelpool.ready import pool_ready
@@ -96,6 +95,7 @@ from controlplane.probes.idle import IdleOutcome, IdleReport
 from controlplane.runtime.controller import Result
 from controlplane.runtime.timeutil import micro_time
 from controlplane.scheduling.budget import Budget
+from controlplane.scheduling.idle import IdleVerdict, stamp
 
 #: How soon a deferred drain is probed again: the only polling, since ``/slots`` has no watch.
 DEFER_REQUEUE_SECONDS: Final = 1.0

@@ -80,14 +80,7 @@ from controlplane.controllers.modelpool.checks import probe_members, room_confir
 from controlplane.controllers.modelpool.claims import claimed_elsewhere
 from controlplane.controllers.modelpool.gauges import PoolGauges
 from controlplane.controllers.modelpool.grant import acknowledged
-from controlplane.controllers.modelpool.idle import (
-    Activity,
-    IdleVerdict,
-    idle_settings,
-    judge_idle,
-    parse_stamp,
-    reclaimed_owner,
-)
+from controlplane.controllers.modelpool.idle import idle_settings, reclaimed_owner
 from controlplane.controllers.modelpool.intent import LeaseObserver, choose_owner
 from controlplane.controllers.modelpool.member import MemberState
 from controlplane.controllers.modelpool.plan import (
@@ -125,6 +118,7 @@ from controlplane.runtime.manager import Manager
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, LEASES, PODS, SERVICES
 from controlplane.runtime.tracing import context_of_traceparent
 from controlplane.scheduling.budget import pool_budget
+from controlplane.scheduling.idle import Activity, IdleVerdict, judge_idle, parse_stamp
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("controlplane.controllers.modelpool")
@@ -377,7 +371,7 @@ class ModelPoolReconciler:
         return judge_idle(
             activity,
             status.resident_names,
-            idle_settings(obj["spec"]),
+            idle_settings(obj["spec"]).rule,
             shared=shared,
             requested=requested,
             pool_since=parse_stamp(status.idle_since),
