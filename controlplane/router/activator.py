@@ -46,7 +46,6 @@ from controlplane.router.directready import DirectReady
 from controlplane.router.errors import (
     MIN_RETRY_AFTER_SECONDS,
     ActivationTimeout,
-    BackendUnavailable,
     HoldFull,
     LeaseUnavailable,
     PoolBusy,
@@ -58,6 +57,10 @@ from controlplane.router.lease import LeaseCoordinator
 from controlplane.router.retryafter import LINGER_GRACE_SECONDS, SwapHistory
 from controlplane.router.routing import Route
 from controlplane.router.schedule import PoolSchedule
+from controlplane.router.standalone import (
+    DEFAULT_SCALE_FROM_ZERO_BUDGET_SECONDS,
+    StandaloneServices,
+)
 from controlplane.router.swapdriver import Swap, SwapDriver
 from controlplane.router.wakeups import POLL_SECONDS, Notifier
 
@@ -91,6 +94,7 @@ class Activator:
         clock: TimeSource = time.monotonic,
         tracing: bool = True,
         direct_ready: DirectReady | None = None,
+        scale_from_zero_budget: float = DEFAULT_SCALE_FROM_ZERO_BUDGET_SECONDS,
     ) -> None:
         self.view = view
         self.coordinator = coordinator
@@ -107,6 +111,16 @@ class Activator:
         self.inflight = inflight or InFlightRequests(self.progress.notify, clock)
         self.local = local or LocalDemand(clock)
         self.history = history or SwapHistory()
+        #: InferenceServices no pool lists: forwarded, or, scaled to zero, held (standalone.py).
+        self.standalone = StandaloneServices(
+            view,
+            self.local,
+            self.notifier,
+            self.history,
+            clock,
+            budget=scale_from_zero_budget,
+            stopping=lambda: self.stopping,
+        )
         #: The scheduler's inputs (pooled demand, residency, settings) and its verdict; a
         #: member's reload time as measured here is what evicting it costs (a pool with a budget).
         self.schedule = PoolSchedule(
@@ -199,32 +213,33 @@ class Activator:
         url = self.ready_upstream(route)
         if url is not None:
             return url  # fast path
-        return await self.hold(str(route.pool), route.member)
+        return await self.hold(route.pool, route.member)
 
     def ready_upstream(self, route: Route) -> str | None:
         """:meth:`upstream` without the hold: the URL when ``route`` may be dispatched now, None
         when its pool member must be held for (the caller holds, :meth:`hold`, as it sees fit:
         the app watches a held request's client)."""
         if route.pool is None:
-            urls = self.view.member_urls(route.member)
-            if not urls:
-                raise BackendUnavailable(f"{route.member} has no ready endpoint")
-            return urls[0]
+            return self.standalone.ready_url(route.member)
         self.local.routed(route.pool, route.member)
         return self.ready_url(route.pool, route.member)
 
-    async def hold(self, pool: str, member: str) -> str:
+    async def hold(self, pool: str | None, member: str) -> str:
         """Hold until ``member`` of ``pool`` is ready (within budget), joining its swap: a span
-        ``hold`` whose outcome says how it ended. Beyond :attr:`max_held` requests held on this
-        replica, a 503 at once: never an unbounded queue."""
+        ``hold`` whose outcome says how it ended; an InferenceService no pool lists (``pool``
+        None) until it is back from zero (:mod:`~controlplane.router.standalone`). Beyond
+        :attr:`max_held` requests held on this replica, a 503 at once: never an unbounded
+        queue."""
         if self.held >= self.max_held:
             raise HoldFull(
                 f"this router-proxy replica already holds {self.held} requests, its limit; "
                 f"retry for {member}",
-                retry_after=self.expected_in(pool, member) or MIN_RETRY_AFTER_SECONDS,
+                retry_after=(pool and self.expected_in(pool, member)) or MIN_RETRY_AFTER_SECONDS,
             )
         self.held += 1
         try:
+            if pool is None:
+                return await self.standalone.hold(member)
             if self.tracing:
                 return await self._traced_hold(pool, member)
             return await self._hold(pool, member, trace.INVALID_SPAN)

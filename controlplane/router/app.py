@@ -535,8 +535,9 @@ class ProxyApp:
         )
 
     async def _hold(self, route: BackendRoute) -> str:
-        """The activator's hold for ``route``'s pool member (a held stream, watched whole)."""
-        return await self.activator.hold(str(route.pool), route.member)
+        """The activator's hold for ``route``'s pool member, or its InferenceService scaled to
+        zero (a held stream, watched whole)."""
+        return await self.activator.hold(route.pool, route.member)
 
     async def _watched_hold(self, receive: Receive, send: Send, route: BackendRoute) -> str:
         """The activator's hold, ended when the client leaves (raises :class:`ClientGone`): a

@@ -42,6 +42,7 @@ from controlplane.router.settings import (
     UPSTREAM_CLIENTS,
     RouterProxySettings,
 )
+from controlplane.router.standalone import DEFAULT_SCALE_FROM_ZERO_BUDGET_SECONDS
 from controlplane.router.upstream import DEFAULT_MAX_ANSWER_BYTES, UpstreamTimeouts
 from controlplane.runtime.requestlimits import (
     DEFAULT_BODY_READ_TIMEOUT_SECONDS,
@@ -121,6 +122,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_HELD_REQUESTS,
         help="requests this replica holds at once for members not ready; beyond, 503 "
         f"proxy_hold_full with Retry-After (default {DEFAULT_MAX_HELD_REQUESTS})",
+    )
+    parser.add_argument(
+        "--scale-from-zero-budget",
+        type=positive_float,
+        default=DEFAULT_SCALE_FROM_ZERO_BUDGET_SECONDS,
+        help="seconds a request for an InferenceService scaled to zero (spec.idleAfter) is held "
+        "while it comes back; beyond, 503 with Retry-After "
+        f"(default {DEFAULT_SCALE_FROM_ZERO_BUDGET_SECONDS:g})",
     )
     parser.add_argument(
         "--max-json-depth",
@@ -238,6 +247,7 @@ def settings_from(args: argparse.Namespace) -> RouterProxySettings:
         max_body_bytes=args.max_body_bytes,
         max_json_depth=args.max_json_depth,
         max_held_requests=args.max_held_requests,
+        scale_from_zero_budget_seconds=args.scale_from_zero_budget,
         max_header_count=args.max_header_count,
         max_head_bytes=args.max_head_bytes,
         head_timeout_seconds=args.head_timeout,

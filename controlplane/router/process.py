@@ -273,6 +273,7 @@ def build_router_proxy(
         leases=pool_leases,
         activity_window=settings.activity_window_seconds,
         max_held=settings.max_held_requests,
+        scale_from_zero_budget=settings.scale_from_zero_budget_seconds,
         tracing=tracing,
         direct_ready=_direct_ready(settings),
     )

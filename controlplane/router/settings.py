@@ -22,6 +22,7 @@ from controlplane.router.directready import DEFAULT_DIRECT_HEALTH_INTERVAL_SECON
 from controlplane.router.heldstream import DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS
 from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
 from controlplane.router.routing import DEFAULT_MAX_JSON_DEPTH
+from controlplane.router.standalone import DEFAULT_SCALE_FROM_ZERO_BUDGET_SECONDS
 from controlplane.router.upstream import DEFAULT_MAX_ANSWER_BYTES, UpstreamTimeouts
 from controlplane.runtime.requestlimits import (
     DEFAULT_BODY_READ_TIMEOUT_SECONDS,
@@ -57,6 +58,8 @@ class RouterProxySettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     #: Requests held at once on this replica; beyond, 503 ``proxy_hold_full``.
     max_held_requests: int = DEFAULT_MAX_HELD_REQUESTS
+    #: How long a request for an InferenceService scaled to zero (``spec.idleAfter``) is held.
+    scale_from_zero_budget_seconds: float = DEFAULT_SCALE_FROM_ZERO_BUDGET_SECONDS
     #: JSON bodies nested deeper are refused with 400.
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     #: A request head with more header lines, or more bytes, is refused with 431.

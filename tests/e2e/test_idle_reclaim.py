@@ -1,4 +1,5 @@
-"""An idle slot is given back (docs/modelpool.md, "Giving an idle slot back"), never a busy one.
+"""An idle slot is given back (docs/modelpool.md, "Giving an idle slot back"), never a busy one,
+and an InferenceService no pool lists scales to zero (docs/inferenceservice.md, "Scale to zero").
 
 The operator runs under its ServiceAccount, the node stand-in plays the members as simulators,
 and a ``controlplane router-proxy`` carries the requests, so the pool judges idleness on the
@@ -16,9 +17,10 @@ from typing import Any
 import anyio
 import pytest
 
-from controlplane.api.v1alpha1 import ModelPool
+from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.local.system import RouterProxyProcess
 from controlplane.runtime.client import KubeClient
+from tests.e2e.bodies import router_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.httpclients import http_client
 from tests.e2e.memberstreams import (
@@ -28,13 +30,14 @@ from tests.e2e.memberstreams import (
     serve_pool_of_two,
     streaming,
 )
-from tests.e2e.operator_process import LocalProcess, OperatorProcess
-from tests.e2e.proxies import chat, start_proxies
+from tests.e2e.operator_process import LocalProcess, OperatorProcess, start_node
+from tests.e2e.proxies import chat, isvc_body, start_proxies
 from tests.e2e.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
 POOL = ModelPool.resource()
+ISVC = InferenceService.resource()
 IDLE_AFTER = 5.0
 #: Each simulated token takes 40 ms: a stream of 250 lasts about 10 s, twice ``idleAfter``.
 SLOW_TOKEN_SECONDS = 0.04
@@ -154,3 +157,49 @@ async def test_an_idle_member_drains_back_to_the_default_and_a_request_meanwhile
         back_to_default, timeout=TIMEOUT + IDLE_AFTER, what="the slot back to the default a"
     )
     assert "Reclaimed" in await event_reasons(admin, namespace, "ModelPool", "gpu-0")
+
+
+async def test_a_standalone_service_scales_to_zero_and_its_next_request_is_held_and_answered(
+    cluster: TestCluster,
+    admin: KubeClient,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+) -> None:
+    """An InferenceService no pool lists, with ``spec.idleAfter: 5s``, behind a router: it
+    serves, then, once the proxy's reports have gone quiet, is scaled to zero no sooner than
+    idleAfter later (its pod gone, ``Stopped`` for reason ``Idle``); the next request is held by
+    the proxy, brings it back, and is answered within the proxy's hold budget."""
+    start_node(cluster, tmp_path, started, namespace=namespace, load_seconds=1.0)
+    body = isvc_body("solo", 1)
+    body["spec"]["idleAfter"] = f"{IDLE_AFTER:.0f}s"
+    await admin.create(ISVC, body, namespace)
+    router = router_body("router", "unused")
+    router["spec"]["backends"] = [{"name": "solo", "inferenceServiceRef": {"name": "solo"}}]
+    await admin.create(ModelRouter.resource(), router, namespace)
+    (proxy,) = await start_proxies(cluster, admin, namespace, tmp_path, started, 1)
+
+    first = await ask(proxy, "solo")  # a standalone backend's model is its name
+    assert first[0] == 200, first
+    quiet_from = time.monotonic()
+
+    async def at_zero() -> dict[str, Any] | None:
+        found = await admin.get(ISVC, "solo", namespace)
+        status = found.get("status") or {}
+        if not status.get("scaledToZero") or await pod_names(admin, namespace, "solo"):
+            return None
+        ready = next(c for c in status.get("conditions", []) if c["type"] == "Ready")
+        return status if (status.get("phase"), ready["reason"]) == ("Stopped", "Idle") else None
+
+    status = await eventually(at_zero, timeout=TIMEOUT, what="solo scaled to zero")
+    assert time.monotonic() - quiet_from >= IDLE_AFTER, "scaled to zero before idleAfter"
+    assert status.get("idleSince"), status
+    assert status.get("desiredReplicas") == 0, status
+
+    code, model, took = await ask(proxy, "solo")
+    assert (code, model) == (200, first[1]), "the request after a scale to zero"
+    assert took < BUDGET
+    back = (await admin.get(ISVC, "solo", namespace)).get("status") or {}
+    assert back.get("phase") == "Ready", back
+    assert not back.get("scaledToZero"), back
