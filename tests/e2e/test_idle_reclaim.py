@@ -27,6 +27,7 @@ from tests.e2e.memberstreams import (
     STREAM_TOKENS,
     event_reasons,
     pod_names,
+    ready_url,
     serve_pool_of_two,
     streaming,
 )
@@ -203,3 +204,41 @@ async def test_a_standalone_service_scales_to_zero_and_its_next_request_is_held_
     back = (await admin.get(ISVC, "solo", namespace)).get("status") or {}
     assert back.get("phase") == "Ready", back
     assert not back.get("scaledToZero"), back
+
+
+async def test_a_standalone_service_is_not_scaled_to_zero_under_a_stream_no_proxy_reported(
+    cluster: TestCluster,
+    admin: KubeClient,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+) -> None:
+    """The ``/slots`` gate holds even when the reports say quiet: a 10 s stream read straight
+    from the service's endpoint (no router-proxy sees it, so no report counts it) outlasts
+    ``idleAfter: 2s``; the service is published for scale to zero but its pod stays until the
+    stream has ended whole, and only then goes."""
+    start_node(cluster, tmp_path, started, namespace=namespace, load_seconds=1.0,
+               token_seconds=SLOW_TOKEN_SECONDS)  # fmt: skip
+    await admin.create(ISVC, isvc_body("solo", 1), namespace)
+    url = await eventually(
+        lambda: ready_url(admin, namespace, "solo"), timeout=TIMEOUT, what="solo ready"
+    )
+    async with streaming(url, "model-solo") as (stream, ended):
+        await admin.patch(ISVC, "solo", {"spec": {"idleAfter": "2s"}}, namespace)
+
+        async def published() -> bool:
+            found = await admin.get(ISVC, "solo", namespace)
+            return bool((found.get("status") or {}).get("scaledToZero"))
+
+        await eventually(published, timeout=TIMEOUT, what="solo published for scale to zero")
+        while not ended.is_set():
+            assert await pod_names(admin, namespace, "solo"), "its pod went during its stream"
+            await anyio.sleep(0.2)
+    assert stream.whole, stream
+    assert stream.tokens == STREAM_TOKENS, stream
+
+    async def gone() -> bool:
+        return not await pod_names(admin, namespace, "solo")
+
+    await eventually(gone, timeout=TIMEOUT, what="solo's pod gone once idle")
