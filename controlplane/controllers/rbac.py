@@ -46,6 +46,9 @@ INFERENCE_SERVICE_RULES = (
     PolicyRule(("networking.k8s.io",), ("networkpolicies",), (*READ, *WRITE)),
     # Each member's PodDisruptionBudget: evictions wait while it may serve (disruption.py).
     PolicyRule(("policy",), ("poddisruptionbudgets",), (*READ, *WRITE)),
+    # The router-proxies' demand reports (read, never written): a service with spec.idleAfter
+    # is scaled to zero when they say idle, and back when they hold a request (idle.py).
+    PolicyRule(("coordination.k8s.io",), ("leases",), READ),
 )
 
 #: ModelPool controller: decides in its status (the grant), watches its members, their pods and
