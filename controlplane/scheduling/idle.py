@@ -29,7 +29,7 @@ Pure: it imports nothing of the project (the scheduler's package rule).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -44,6 +44,16 @@ class Activity:
     @property
     def quiet(self) -> bool:
         return self.held == 0 and not self.active
+
+
+def pooled_activity(entries: Iterable[tuple[str, int, bool]]) -> dict[str, Activity]:
+    """Each member's demand over every report's ``(member, held, active)``: held requests
+    summed, active if any report says so."""
+    pooled: dict[str, Activity] = {}
+    for member, held, active in entries:
+        seen = pooled.get(member, Activity())
+        pooled[member] = Activity(seen.held + held, seen.active or active)
+    return pooled
 
 
 @dataclass(frozen=True, slots=True)

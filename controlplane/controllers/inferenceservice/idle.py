@@ -43,6 +43,7 @@ from controlplane.scheduling.idle import (
     IdleVerdict,
     judge_idle,
     parse_stamp,
+    pooled_activity,
 )
 
 #: The ``Ready`` condition's reason while a service is at zero for idleness.
@@ -70,13 +71,10 @@ class StandaloneDemand:
 
     def activity(self, namespace: str, name: str) -> Activity:
         """``name``'s demand summed over every live, well-formed report of ``namespace``."""
-        held, active = 0, False
         leases = self.leases.store.by_index(NAMESPACE_INDEX, namespace)
-        for report in live_reports(leases, STANDALONE_REPORTS, self.expiry):
-            entry = report.demand.get(name)
-            if entry is not None:
-                held, active = held + entry.held, active or entry.active
-        return Activity(held, active)
+        live = live_reports(leases, STANDALONE_REPORTS, self.expiry)
+        pooled = pooled_activity((m, e.held, e.active) for r in live for m, e in r.demand.items())
+        return pooled.get(name, Activity())
 
 
 def judge_standalone(isvc: InferenceService, activity: Activity, now: datetime) -> IdleVerdict:

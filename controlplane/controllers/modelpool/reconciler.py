@@ -61,7 +61,7 @@ from typing import Final
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from controlplane.api.v1alpha1 import InferenceService, ModelPool
+from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelPoolStatus
 from controlplane.api.v1alpha1.activation import POOL_LABEL, pool_lease_name
 from controlplane.api.v1alpha1.demand import LiveReport, live_reports
 from controlplane.api.v1alpha1.inferenceservice import RUNTIME_LLAMACPP, update_pending
@@ -118,7 +118,8 @@ from controlplane.runtime.manager import Manager
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, LEASES, PODS, SERVICES
 from controlplane.runtime.tracing import context_of_traceparent
 from controlplane.scheduling.budget import pool_budget
-from controlplane.scheduling.idle import Activity, IdleVerdict, judge_idle, parse_stamp
+from controlplane.scheduling.idle import IdleSettings, IdleVerdict, judge_idle, parse_stamp
+from controlplane.scheduling.idle import pooled_activity as activity_of
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("controlplane.controllers.modelpool")
@@ -244,8 +245,11 @@ class ModelPoolReconciler:
         owner = choose_owner(names, pool.spec.default, pool.status.resident_member, intent)
         budget = pool_budget(obj.get("spec") or {})
         demand = self.live_reports(namespace, request.name)
-        idle = self.judge_idle(pool, obj, demand, budget is not None, owner.intent is not None)
-        owner = reclaimed_owner(owner, idle.act, idle_settings(obj["spec"]), pool.status.phase)
+        idle_rules = idle_settings(obj["spec"])
+        idle = judge_pool_idle(
+            pool.status, demand, idle_rules.rule, budget is not None, owner.intent is not None
+        )
+        owner = reclaimed_owner(owner, idle.act, idle_rules, pool.status.phase)
         evict = (owner.intent.evict if owner.intent is not None else ()) + idle.act
         seen = await self._observe_slot_server(pool, members)
         planned_owner = owner.name
@@ -321,13 +325,11 @@ class ModelPoolReconciler:
             resident = newly_resident(previous, status)
             if resident is not None:
                 metrics.SWAPS_COMPLETED.labels(namespace, request.name, resident).inc()
-            action = idle_settings(obj["spec"]).action
             for member in set(released) & set(idle.act):
-                metrics.RECLAIMS.labels(namespace, request.name, member, action).inc()
+                metrics.RECLAIMS.labels(namespace, request.name, member, idle_rules.action).inc()
         self.record.decision_events(
-            obj, key, plan.refresh, release, deferral, owner, idle.act,
-            idle_settings(obj["spec"]).action,
-        )  # fmt: skip
+            obj, key, plan.refresh, release, deferral, owner, idle.act, idle_rules.action
+        )
         result = requeue_result(deferral, intent, waiting=bool(status.waiting), idle=idle)
         if seen is not None and self.slot_runtime is not None:
             # The decision is written (or was already): the server carries it out.
@@ -356,30 +358,6 @@ class ModelPoolReconciler:
         reports = [SeenReport(wall_now - (mono_now - r.seen_at), r.demand) for r in live]
         return waiting_demand(reports, members, resident)
 
-    def judge_idle(
-        self, pool: ModelPool, obj: Object, live: Sequence[LiveReport], shared: bool,
-        requested: bool,
-    ) -> IdleVerdict:  # fmt: skip
-        """The idle clocks and the residents to give back (:mod:`~.idle`), on the live reports'
-        demand summed per member and the clocks as last written."""
-        activity: dict[str, Activity] = {}
-        for report in live:
-            for member, entry in report.demand.items():
-                seen = activity.get(member, Activity())
-                activity[member] = Activity(seen.held + entry.held, seen.active or entry.active)
-        status = pool.status
-        return judge_idle(
-            activity,
-            status.resident_names,
-            idle_settings(obj["spec"]).rule,
-            shared=shared,
-            requested=requested,
-            pool_since=parse_stamp(status.idle_since),
-            member_since={m.name: parse_stamp(m.idle_since) for m in status.members if m.name},
-            published=status.reclaiming,
-            now=datetime.now(UTC),
-        )
-
     async def _observe_slot_server(
         self, pool: ModelPool, members: Mapping[str, MemberState]
     ) -> SlotObservation | None:
@@ -393,6 +371,28 @@ class ModelPoolReconciler:
             if (isvc := self.inference_services.store.get(f"{namespace}/{name}")) is not None
         }
         return await self.slot_runtime.observe(pool, members, isvcs)
+
+
+def judge_pool_idle(
+    status: ModelPoolStatus,
+    live: Sequence[LiveReport],
+    rules: IdleSettings,
+    shared: bool,
+    requested: bool,
+) -> IdleVerdict:
+    """The idle clocks and the residents to give back (:mod:`~.idle`), on the live reports'
+    demand and the clocks as last written."""
+    return judge_idle(
+        activity_of((m, e.held, e.active) for r in live for m, e in r.demand.items()),
+        status.resident_names,
+        rules,
+        shared=shared,
+        requested=requested,
+        pool_since=parse_stamp(status.idle_since),
+        member_since={m.name: parse_stamp(m.idle_since) for m in status.members if m.name},
+        published=status.reclaiming,
+        now=datetime.now(UTC),
+    )
 
 
 def setup_model_pool_controller(
