@@ -13,7 +13,7 @@ from controlplane.router.activator import Activator
 from controlplane.router.demand import DEFAULT_ACTIVITY_WINDOW_SECONDS, own_report
 from controlplane.router.errors import ActivationTimeout, BackendUnavailable
 from controlplane.router.routing import Route
-from tests.unit.activator_helpers import new_activator, running, until
+from tests.unit.activator_helpers import ask_many, new_activator, running, until
 from tests.unit.router_fakes import FakeApi, FakeView
 
 pytestmark = pytest.mark.anyio
@@ -59,11 +59,7 @@ async def test_a_service_scaled_to_zero_holds_the_request_reports_it_and_answers
     activator = new_activator(view, api(view))
     answers: list[str] = []
     async with running(activator) as group:
-
-        async def ask() -> None:
-            answers.append(await activator.upstream(SOLO))
-
-        group.start_soon(ask)
+        ask_many(group, activator, SOLO, 1, answers)
         await until(lambda: activator.held == 1)
         assert reported(activator) == {"solo": (1, False)}, "the held request is its demand"
         # The operator saw the demand: the service is scaled up and its pod is ready.
@@ -84,11 +80,7 @@ async def test_a_service_being_scaled_to_zero_gets_no_new_request() -> None:
     activator = new_activator(view, api(view))
     answers: list[str] = []
     async with running(activator) as group:
-
-        async def ask() -> None:
-            answers.append(await activator.upstream(SOLO))
-
-        group.start_soon(ask)
+        ask_many(group, activator, SOLO, 1, answers)
         await until(lambda: activator.held == 1)
         await anyio.sleep(0.1)
         assert answers == [], "forwarded to a pod about to stop"
