@@ -32,6 +32,19 @@ trace starts on a fresh system with member ``a`` loaded. Besides the waits and t
 or not answered, each row counts the **loads**: the model servers that became ready during the
 trace (and the settling seconds after it), read from the simulators' own ``ready: model`` log
 lines (:func:`load_counts`), the same line in every system.
+
+``--idle`` (issue 40, "a trace with quiet gaps") runs one trace, :data:`IDLE_TRACE`: three clients
+looping on ``a2`` for 8 s, then 22 s of quiet, three times (90 s), against three systems
+(:data:`IDLE_SYSTEMS`): ``ours-held`` (the pool of ``a2`` and ``b2`` without ``idleAfter``: the
+slot stays held), ``ours-release`` (the same pool with ``idleAfter: 5s`` and ``idleAction:
+Release``) and ``llama-swap`` with ``ttl: 5`` on each model. Each starts fresh and answers one
+request for ``a2`` before the trace, so that ``a2`` is loaded at its start. The **GPU-busy
+seconds** are the trace's seconds in which any member's server process was alive: the processes
+running ``controlplane.cli sim`` below the system's own process, read from ``/proc`` every
+:data:`SAMPLE_SECONDS` (:func:`sampling`), the same reading for every system. Besides the
+waits and the requests not answered, each row has the wait of the first request after each quiet
+gap (:func:`bursts`): the cold start a request pays for the GPU given back, and for each burst the
+seconds from its last answer until no member process was alive (:func:`held_after`).
 """
 
 from __future__ import annotations
@@ -48,9 +61,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -81,6 +95,14 @@ POOLS: Final[tuple[Pool, ...]] = (
 BUDGET_POOL: Final[Pool] = ("pool-budget", ("a", "b", "c"), {})
 #: The budget mode's systems, in the order they run.
 BUDGET_SYSTEMS: Final = ("ours", "exclusive", "llama-swap")
+#: The idle mode's pool (``--idle``): the two-member pool, ``a2`` its default.
+IDLE_POOL: Final[Pool] = POOLS[0]
+#: The idle mode's systems, in the order they run.
+IDLE_SYSTEMS: Final = ("ours-held", "ours-release", "llama-swap")
+#: ``idleAfter`` of ``ours-release`` and llama-swap's ``ttl``, in seconds.
+IDLE_AFTER_SECONDS: Final = 5
+#: How often the idle mode reads which member processes are alive.
+SAMPLE_SECONDS: Final = 0.2
 
 
 def model(member: str) -> str:
@@ -90,12 +112,14 @@ def model(member: str) -> str:
 @dataclass(frozen=True)
 class Client:
     """One client of a trace: ``loop`` (back to back), ``gappy`` (a pause drawn from ``pause``
-    between requests), or ``at`` (one request at each of ``times``)."""
+    between requests), ``at`` (one request at each of ``times``), or ``bursts`` (back to back for
+    ``burst`` seconds from each of ``times``)."""
 
     member: str
     kind: str
     pause: tuple[float, float] = (0.0, 0.0)
     times: tuple[float, ...] = ()
+    burst: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -181,6 +205,27 @@ BUDGET_TRACES: Final = (
 )
 
 
+#: The idle mode's quiet periods: a burst of requests, then quiet.
+IDLE_BURST_SECONDS: Final = 8.0
+IDLE_GAP_SECONDS: Final = 22.0
+#: The idle mode's trace (``--idle``): three clients looping on ``a2`` for
+#: :data:`IDLE_BURST_SECONDS`, then :data:`IDLE_GAP_SECONDS` of quiet, three times; the trace ends
+#: with its last gap, so that every burst is followed by the same quiet.
+IDLE_TRACE: Final = Trace(
+    "3 x a2 for 8 s, then 22 s quiet, 3 times",
+    tuple(
+        Client(
+            "a2",
+            "bursts",
+            times=tuple(i * (IDLE_BURST_SECONDS + IDLE_GAP_SECONDS) for i in range(3)),
+            burst=IDLE_BURST_SECONDS,
+        )
+        for _ in range(3)
+    ),
+    seconds=3 * (IDLE_BURST_SECONDS + IDLE_GAP_SECONDS),
+)
+
+
 @dataclass
 class Answer:
     member: str
@@ -224,10 +269,15 @@ async def _client(
                 await anyio.sleep(max(0.0, start + at - time.monotonic()))
                 group.start_soon(_ask, http, url, spec.member, out)
         return
-    while time.monotonic() - start < seconds:
-        await _ask(http, url, spec.member, out)
-        if spec.kind == "gappy":
-            await anyio.sleep(rng.uniform(*spec.pause))
+    windows = [(0.0, seconds)]
+    if spec.kind == "bursts":
+        windows = [(at, at + spec.burst) for at in spec.times]
+    for begin, end in windows:
+        await anyio.sleep(max(0.0, start + begin - time.monotonic()))
+        while time.monotonic() - start < end:
+            await _ask(http, url, spec.member, out)
+            if spec.kind == "gappy":
+                await anyio.sleep(rng.uniform(*spec.pause))
 
 
 async def replay(url: str, trace: Trace, seed: int = 1) -> list[Answer]:
@@ -366,15 +416,124 @@ def budget_table(rows: list[BudgetRow], members: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+#: A reading of the member processes alive: (monotonic seconds, their pids).
+Sample = tuple[float, frozenset[int]]
+
+
+def busy_seconds(samples: Sequence[Sample], start: float, end: float) -> float:
+    """The seconds of ``start`` to ``end`` in which a member process was alive: each reading
+    holds until the next one (the last until ``end``), counted where it saw any."""
+    busy = 0.0
+    for (at, alive), (until, _) in itertools.pairwise([*samples, (end, frozenset())]):
+        if alive:
+            busy += max(0.0, min(until, end) - max(at, start))
+    return busy
+
+
+def member_starts(samples: Sequence[Sample], start: float) -> int:
+    """The member processes first seen after ``start`` (not alive at the last reading before)."""
+    before = [alive for at, alive in samples if at <= start]
+    running = before[-1] if before else frozenset()
+    seen = frozenset().union(*(alive for at, alive in samples if at > start))
+    return len(seen - running)
+
+
+def bursts(answers: Sequence[Answer], quiet: float) -> list[list[Answer]]:
+    """The requests in bursts, in the order sent: a burst begins with a request sent at least
+    ``quiet`` seconds after every request sent before it had been answered."""
+    found: list[list[Answer]] = []
+    last_end = -math.inf
+    for answer in sorted(answers, key=lambda a: a.sent):
+        if answer.sent - last_end >= quiet:
+            found.append([])
+        found[-1].append(answer)
+        last_end = max(last_end, answer.ended)
+    return found
+
+
+def held_after(samples: Sequence[Sample], ended: float) -> float:
+    """Seconds from ``ended`` to the first reading after it with no member process alive
+    (infinite if there is none)."""
+    return next((at - ended for at, alive in samples if at >= ended and not alive), math.inf)
+
+
+@dataclass
+class IdleRow:
+    system: str
+    requests: int
+    #: Requests without a 200 from the model asked for.
+    unanswered: int
+    #: The trace's length, and the seconds of it in which a member process was alive.
+    seconds: float
+    busy: float
+    #: Member processes started during the trace.
+    starts: int
+    #: The wait of the first request after each quiet gap, in order.
+    after_gaps: tuple[float, ...]
+    #: Per burst, the seconds from its last answer until no member process was alive.
+    held: tuple[float, ...]
+    max_wait: float
+    p50_wait: float
+
+    @property
+    def saved(self) -> float:
+        return self.seconds - self.busy
+
+
+def judge_idle(
+    system: str, answers: list[Answer], samples: Sequence[Sample], start: float, end: float
+) -> IdleRow:
+    """The idle trace's figures, from ``start`` to ``end``: the waits are those of the answered
+    requests; a gap is half of :data:`IDLE_GAP_SECONDS` or more without a request in flight."""
+    ok = [a for a in answers if a.status == 200 and a.answered_by == model(a.member)]
+    waits = [a.waited for a in ok]
+    found = bursts(answers, IDLE_GAP_SECONDS / 2)
+    return IdleRow(
+        system,
+        len(answers),
+        len(answers) - len(ok),
+        end - start,
+        busy_seconds(samples, start, end),
+        member_starts(samples, start),
+        tuple(burst[0].waited for burst in found[1:]),
+        tuple(held_after(samples, max(a.ended for a in burst)) for burst in found),
+        max(waits, default=math.nan),
+        _quantile(waits, 0.5),
+    )
+
+
+def idle_table(rows: list[IdleRow]) -> str:
+    head = (
+        "| system | requests | not answered | GPU busy s | GPU given back s | "
+        "member alive after a burst's last answer s | member starts | "
+        "first request after each gap: wait s | max wait s | p50 wait s |"
+    )
+    lines = [head, "|" + "---|" * 10]
+    for row in rows:
+        held = ", ".join("held" if math.isinf(s) else f"{s:.1f}" for s in row.held) or "none"
+        gaps = ", ".join(f"{wait:.1f}" for wait in row.after_gaps) or "none"
+        lines.append(
+            f"| {row.system} | {row.requests} | {row.unanswered} | "
+            f"{row.busy:.1f} of {row.seconds:.0f} | {row.saved:.1f} | {held} | {row.starts} | "
+            f"{gaps} | {row.max_wait:.1f} | {row.p50_wait:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 # -- the systems ---------------------------------------------------------------------------------
 
 
 def pool_objects(
-    *, scheduler: bool = True, pools: Sequence[Pool] = POOLS, capacity: int | None = None
+    *,
+    scheduler: bool = True,
+    pools: Sequence[Pool] = POOLS,
+    capacity: int | None = None,
+    scheduling: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The namespace, the members, the pools (both of :data:`POOLS` unless told) and the router;
     without ``scheduler`` the pools carry no ``priority`` (the API before the scheduler refuses the
-    unknown field); with ``capacity`` each pool has ``spec.capacity: {members: capacity}``."""
+    unknown field); with ``capacity`` each pool has ``spec.capacity: {members: capacity}``, with
+    ``scheduling`` that ``spec.scheduling``."""
     group = "inference.modelpool.dev/v1alpha1"
     objects: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
@@ -402,6 +561,8 @@ def pool_objects(
         spec: dict[str, Any] = {"members": entries, "default": members[0], "swapBudget": "120s"}
         if capacity is not None:
             spec["capacity"] = {"members": capacity}
+        if scheduling is not None:
+            spec["scheduling"] = dict(scheduling)
         objects.append(
             {
                 "apiVersion": group,
@@ -451,8 +612,11 @@ try:
         for obj in objects:
             if obj["kind"] in ("ModelPool", "ModelRouter"):
                 kind = "mpool" if obj["kind"] == "ModelPool" else "mr"
-                kubectl("wait", "-n", "bench", "--timeout=180s",
-                        "--for=jsonpath={.status.phase}=Ready", f"{kind}/{obj['metadata']['name']}")
+                # a pool that gives an idle slot back may be Idle already: its condition then
+                idles = "idleAfter" in obj["spec"].get("scheduling", {})
+                until = "condition=Ready" if idles else "jsonpath={.status.phase}=Ready"
+                kubectl("wait", "-n", "bench", "--timeout=180s", f"--for={until}",
+                        f"{kind}/{obj['metadata']['name']}")
         print("ROUTER", wait_router_address(node, "bench/router", timeout=180), flush=True)
         sys.stdin.read()
 finally:
@@ -463,11 +627,13 @@ finally:
 
 @dataclass(frozen=True)
 class Served:
-    """A system under test: where to send requests, and the text of every log its model servers
-    write their ``ready: model`` lines to (for :func:`load_counts`)."""
+    """A system under test: where to send requests, the text of every log its model servers
+    write their ``ready: model`` lines to (for :func:`load_counts`), and the process every model
+    server runs below (for :func:`sampling`)."""
 
     url: str
     server_logs: Callable[[], str]
+    root: int
 
 
 def _read_logs(paths: Iterable[Path]) -> str:
@@ -506,7 +672,7 @@ def pool_system(
             raise SystemExit(f"the system of {tree} did not start (exit {runner.wait()})")
         _ready(f"{url}/readyz")
         folder = logs
-        yield Served(url, lambda: _read_logs(folder.glob("*.log")))
+        yield Served(url, lambda: _read_logs(folder.glob("*.log")), runner.pid)
     finally:
         runner.stdin.close()
         try:
@@ -555,11 +721,16 @@ def budget_matrix(members: Sequence[str], budget: int) -> dict[str, Any]:
 
 
 def llama_swap_config(
-    members: Sequence[str], *, budget: int | None = None, preload: str | None = None
+    members: Sequence[str],
+    *,
+    budget: int | None = None,
+    preload: str | None = None,
+    ttl: int | None = None,
 ) -> dict[str, Any]:
     """The peer's configuration: our simulator as each member's model (same load time, slots and
     token time); with ``budget``, :func:`budget_matrix`, ``preload`` loaded at its start, and the
-    upstreams' output copied to its own (for :func:`load_counts`)."""
+    upstreams' output copied to its own (for :func:`load_counts`); with ``ttl``, each model
+    unloaded once unused for that many seconds."""
     sim = f"{sys.executable} -m controlplane.cli sim --host 127.0.0.1 --port ${{PORT}}"
     config: dict[str, Any] = {
         "healthCheckTimeout": 120,
@@ -573,6 +744,9 @@ def llama_swap_config(
             for member in members
         },
     }
+    if ttl is not None:
+        for entry in config["models"].values():
+            entry["ttl"] = ttl
     if budget is not None:
         config["logToStdout"] = "both"
         config["routing"] = budget_matrix(members, budget)
@@ -611,7 +785,7 @@ def llama_swap(config: dict[str, Any] | None = None) -> Iterator[Served]:
         url = f"http://127.0.0.1:{port}"
         _ready(f"{url}/v1/models")
         log = work / "llama-swap.log"
-        yield Served(url, lambda: _read_logs([log]))
+        yield Served(url, lambda: _read_logs([log]), process.pid)
     finally:
         process.terminate()
         try:
@@ -637,6 +811,67 @@ def _ready(url: str, timeout: float = 120.0) -> None:
                 return
         time.sleep(0.2)
     raise SystemExit(f"{url} did not answer 200 within {timeout:.0f} s")
+
+
+#: What a simulator's command line holds, as the node stand-in and llama-swap start it.
+SIM_ARGV: Final = b"controlplane.cli\0sim\0"
+
+
+def descendants(parents: Mapping[int, int], root: int) -> set[int]:
+    """The processes below ``root``, from each process's parent."""
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    found: set[int] = set()
+    frontier = [root]
+    while frontier:
+        for child in children.get(frontier.pop(), ()):
+            if child not in found:
+                found.add(child)
+                frontier.append(child)
+    return found
+
+
+def _parents() -> dict[int, int]:
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                # the parent: the second field after the name, which ends at the last ")"
+                stat = (entry / "stat").read_text()
+                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return parents
+
+
+def member_processes(root: int) -> frozenset[int]:
+    """The simulators alive below ``root`` (a zombie's command line is empty: not alive)."""
+    alive: set[int] = set()
+    for pid in descendants(_parents(), root):
+        with contextlib.suppress(OSError):
+            if SIM_ARGV in Path(f"/proc/{pid}/cmdline").read_bytes():
+                alive.add(pid)
+    return frozenset(alive)
+
+
+@contextlib.contextmanager
+def sampling(root: int, every: float = SAMPLE_SECONDS) -> Iterator[list[Sample]]:
+    """Reads :func:`member_processes` every ``every`` seconds, in a thread, until the block ends."""
+    samples: list[Sample] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while True:
+            samples.append((time.monotonic(), member_processes(root)))
+            if done.wait(every):
+                return
+
+    thread = threading.Thread(target=sample, name="member-processes", daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        done.set()
+        thread.join()
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -677,6 +912,49 @@ def _loaded(served: Served, name: str, timeout: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise SystemExit(f"{name} was not loaded within {timeout:.0f} s")
         time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def idle_system(system: str, ours: Path) -> Iterator[Served]:
+    """One of :data:`IDLE_SYSTEMS`, fresh, on :data:`IDLE_POOL`'s members."""
+    _, members, _ = IDLE_POOL
+    if system == "llama-swap":
+        with llama_swap(llama_swap_config(members, ttl=IDLE_AFTER_SECONDS)) as served:
+            yield served
+    elif system in ("ours-held", "ours-release"):
+        scheduling = None
+        if system == "ours-release":
+            scheduling = {"idleAfter": f"{IDLE_AFTER_SECONDS}s", "idleAction": "Release"}
+        objects = pool_objects(pools=(IDLE_POOL,), scheduling=scheduling)
+        with pool_system(ours, objects=objects) as served:
+            yield served
+    else:
+        raise SystemExit(f"unknown system {system!r} ({', '.join(IDLE_SYSTEMS)})")
+
+
+def run_idle(systems: Sequence[str], ours: Path) -> list[IdleRow]:
+    """:data:`IDLE_TRACE` on a fresh system of each kind, after one request for its first member
+    (loaded at the trace's start in every system); the member processes read from the trace's
+    start to its end, its last quiet gap included."""
+    _, members, _ = IDLE_POOL
+    warm_up = Trace("warm-up", (Client(members[0], "at", times=(0.0,)),), seconds=0.0)
+    rows: list[IdleRow] = []
+    for system in systems:
+        print(f"{system}: {IDLE_TRACE.name} ({IDLE_TRACE.seconds:.0f} s)", flush=True)
+        with idle_system(system, ours) as served:
+            (first,) = anyio.run(replay, served.url, warm_up)
+            if first.status != 200:
+                raise SystemExit(f"{system}: the warm-up request was answered {first.status}")
+            with sampling(served.root) as samples:
+                start = time.monotonic()
+                answers = anyio.run(replay, served.url, IDLE_TRACE)
+                time.sleep(max(0.0, start + IDLE_TRACE.seconds - time.monotonic()))
+                end = time.monotonic()
+            if not samples[0][1]:
+                raise SystemExit(f"{system}: no simulator below process {served.root}")
+        rows.append(judge_idle(system, answers, samples, start, end))
+        print(idle_table(rows[-1:]).splitlines()[-1], flush=True)
+    return rows
 
 
 def run_budget(
@@ -728,7 +1006,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--systems",
-        help="ours,before,llama-swap (the default); with --budget: ours,exclusive,llama-swap",
+        help="ours,before,llama-swap (the default); with --budget: ours,exclusive,llama-swap; "
+        "with --idle: ours-held,ours-release,llama-swap",
     )
     parser.add_argument("--baseline-rev", default=BASELINE_REV)
     parser.add_argument(
@@ -740,10 +1019,23 @@ def main() -> None:
         help="the budget mode: a pool of three members of which BUDGET may run at once",
     )
     parser.add_argument(
+        "--idle",
+        action="store_true",
+        help="the idle mode: bursts for a2 with quiet gaps; the GPU given back and what it costs",
+    )
+    parser.add_argument(
         "--traces", help="with --budget: only the traces whose names hold one of these (a,b,...)"
     )
-    parser.add_argument("--seconds", type=float, default=45.0, help="each trace's length")
+    parser.add_argument(
+        "--seconds", type=float, default=45.0, help="each trace's length (not with --idle)"
+    )
     args = parser.parse_args()
+    if args.idle:
+        systems = (args.systems or ",".join(IDLE_SYSTEMS)).split(",")
+        with ours_tree(args.ours_rev) as tree:
+            idle_rows = run_idle(systems, tree)
+        print(idle_table(idle_rows))
+        return
     if args.budget is not None:
         _, members, _ = BUDGET_POOL
         picked = [
