@@ -1,5 +1,10 @@
 """``make bench-fairness``: who gets the slot, and when, under fixed arrival traces.
 
+*Why one module of this size:* its three comparisons (the scheduler's traces, a budget of
+several residents, quiet gaps) start the same systems with the same helpers and print one table
+each; the pure judging parts are unit-tested in place (``tests/unit/test_fairness_*``), and
+splitting the runners from them would only pass the same settings between files.
+
 Three systems answer the same traces, one after another, in one run:
 
 * ``ours``: the pool with its scheduler (this tree), the whole local system as ``make dev`` runs
