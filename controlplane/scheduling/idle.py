@@ -108,24 +108,22 @@ def judge_idle(
         quiet = activity.get(member, idle).quiet and (shared or not held_anywhere)
         if quiet:
             clocks[member] = member_since.get(member) or start
-    due = tuple(
-        member
-        for member, since in clocks.items()
-        if (now - since).total_seconds() >= after and settings.reclaimable(member)
-    )
-    if requested and not shared:
-        due = ()
-    waits = [
-        after - (now - since).total_seconds()
-        for member, since in clocks.items()
-        if member not in due and settings.reclaimable(member)
-    ]
+    # Suspended while a request moves an exclusive slot: nothing is due, and no clock is
+    # looked at again for it (the intent's own end brings the next reconcile).
+    running = {} if requested and not shared else clocks
+    left = {
+        member: after - (now - since).total_seconds()
+        for member, since in running.items()
+        if settings.reclaimable(member)
+    }
+    due = tuple(member for member, wait in left.items() if wait <= 0)
+    waits = [wait for wait in left.values() if wait > 0]
     return IdleVerdict(
         pool_since=(pool_since or start) if pool_quiet else None,
         member_since=clocks,
         due=tuple(sorted(due)),
         act=tuple(sorted(m for m in due if m in published)),
-        next_due_in=max(0.0, min(waits)) if waits else None,
+        next_due_in=min(waits) if waits else None,
     )
 
 

@@ -141,6 +141,14 @@ def test_a_clock_starts_on_the_next_whole_second_and_keeps_its_start() -> None:
     assert later.next_due_in == pytest.approx(2.0)
 
 
+def test_an_intent_suspends_the_reclaim_without_asking_to_look_again() -> None:
+    """A swap on request moves the slot: the resident quiet past idleAfter is not due, and no
+    clock asks for a reconcile (the intent's end brings one), so no hot requeue loop."""
+    verdict = judge({}, clocks={"b": ago(60)}, requested=True)
+    assert (verdict.due, verdict.next_due_in) == ((), None)
+    assert verdict.member_since == {"b": ago(60)}, "its clock keeps its start"
+
+
 def test_demand_stops_the_clocks() -> None:
     verdict = judge({"b": IN_FLIGHT}, clocks={"b": ago(60)})
     assert verdict.member_since == {}
