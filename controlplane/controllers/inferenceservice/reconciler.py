@@ -40,6 +40,7 @@ from typing import Final
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
 from controlplane.api.v1alpha1.activation import POOL_LABEL
+from controlplane.api.v1alpha1.inferenceservice import scales_to_zero
 from controlplane.clock import TimeSource
 from controlplane.controllers.children import foreign_child, needs_apply
 from controlplane.controllers.inferenceservice.childwrites import ChildWriter
@@ -301,9 +302,9 @@ class InferenceServiceReconciler:
 
     def _idle(self, obj: Object, pools: tuple[str, ...]) -> IdleVerdict:
         """Of a service no pool lists, with ``spec.idleAfter``: its idle verdict (:mod:`~.idle`)."""
+        if pools or self.standalone_demand is None or not scales_to_zero(obj):
+            return IdleVerdict()  # the common case: no parse, no read of the reports
         isvc = InferenceService.from_dict(obj)
-        if pools or self.standalone_demand is None or not isvc.spec.idle_after:
-            return IdleVerdict()
         activity = self.standalone_demand.activity(isvc.namespace or "", isvc.name)
         return judge_standalone(isvc, activity, datetime.now(UTC))
 

@@ -382,6 +382,8 @@ def judge_pool_idle(
 ) -> IdleVerdict:
     """The idle clocks and the residents to give back (:mod:`~.idle`), on the live reports'
     demand and the clocks as last written."""
+    if rules.after is None:
+        return IdleVerdict()  # the common case: no clock, nothing summed
     return judge_idle(
         activity_of((m, e.held, e.active) for r in live for m, e in r.demand.items()),
         status.resident_names,
