@@ -16,6 +16,7 @@ Nothing in flight is ever aborted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from controlplane.api.v1alpha1.inferenceservice import PHASE_READY
@@ -48,18 +49,28 @@ class ClusterView(Protocol):
 class Admission:
     """Reads the caches for a pool member's readiness, admission and the pool's swap budget."""
 
-    def __init__(self, view: ClusterView, schedule: PoolSchedule) -> None:
+    def __init__(
+        self,
+        view: ClusterView,
+        schedule: PoolSchedule,
+        reported: Callable[[str], bool] = lambda pool: True,
+    ) -> None:
         self.view = view
         self.schedule = schedule
+        #: Whether our demand report of a pool is live
+        #: (:meth:`~controlplane.router.demand.DemandReporter.live`): until it is, the pool's
+        #: fenced drain cannot see us, so we admit nothing to it.
+        self.reported = reported
 
     def ready_url(self, pool_name: str, member: str) -> str | None:
-        """The member's URL if it is one of the pool's Ready residents with a ready endpoint and
+        """The member's URL if it is one of the pool's Ready residents with a ready endpoint,
         admission to it is open
-        (:meth:`~controlplane.router.schedule.PoolSchedule.admission_closed`), else None."""
+        (:meth:`~controlplane.router.schedule.PoolSchedule.admission_closed`) and our report of
+        the pool is live, else None."""
         if member not in self.schedule.residents(pool_name):
             return None
         self.schedule.residency(pool_name)
-        if self.schedule.admission_closed(pool_name, member):
+        if self.schedule.admission_closed(pool_name, member) or not self.reported(pool_name):
             return None
         if not self._serving(pool_name, member):
             return None

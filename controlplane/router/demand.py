@@ -10,9 +10,12 @@ replica (:mod:`controlplane.api.v1alpha1.demand` is the protocol), so this modul
   does; :meth:`PoolLeases.pooled` merges our own demand with every live report of the others
   (a report's ``waited`` is placed on our clock at the moment we saw it), and
   :meth:`PoolLeases.live_intent` says which member a live intent asks for;
-* :class:`DemandReporter`: writes our report Lease when the summary changes, at most once per
-  ``interval`` and never per request, renews it at a third of its duration while there is
-  demand, and writes it empty (no holder) once when there is none left.
+* :class:`DemandReporter`: writes our report Lease for every pool we route, held for as long as
+  we route it: when the demand summary changes, at most once per ``interval`` and never per
+  request; at once when our acknowledgement of the pool's closed admission changes (the fenced
+  drain, :func:`admission_ack`); renewed at a third of its duration; emptied (no holder) on the
+  way out. A replica admits to a pool only while its own report is live
+  (:meth:`DemandReporter.live`), so a replica the pool cannot see sends nothing.
 
 A malformed report from another replica is ignored and logged (never a crash, never a forced
 turn); an expired one stops counting, so a dead replica loses only its own demand.
@@ -24,24 +27,29 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
 from controlplane.api.v1alpha1.activation import Activation, pool_for_lease, read_activation
 from controlplane.api.v1alpha1.demand import (
+    AdmissionAck,
     LiveReport,
     ReportedDemand,
     demand_lease,
     demand_lease_name,
     live_reports,
 )
+from controlplane.api.v1alpha1.modelpool import status_admission
 from controlplane.clock import TimeSource
 from controlplane.router.inflight import InFlightRequests
 from controlplane.router.lease import ObjectApi
+from controlplane.router.wakeups import Notifier
 from controlplane.runtime.errors import AlreadyExists, Conflict, KubeError, NotFound
 from controlplane.runtime.informer import DeletedFinalStateUnknown
 from controlplane.runtime.leaserecord import ExpiryObserver, lease_key
+from controlplane.runtime.objects import ObjectView
 from controlplane.runtime.resources import LEASES
 from controlplane.scheduling.policy import MemberDemand
 
@@ -209,6 +217,15 @@ def own_report(
     return report
 
 
+def admission_ack(pool: ObjectView | None, inflight: InFlightRequests) -> AdmissionAck:
+    """What we acknowledge of ``pool``'s closed admission, read from our cache: the generation of
+    its status (every admission decision we make from now on reads that status) and our requests
+    in flight on each member it closes. A request is counted in flight before its admission is
+    checked (:mod:`~controlplane.router.app`), so nothing admitted is missing here."""
+    closed, generation = status_admission((pool or {}).get("status") or {})
+    return AdmissionAck(generation, {m: n for m in closed if (n := inflight.count(m))})
+
+
 def _summary(report: Mapping[str, ReportedDemand], now: float) -> tuple[Any, ...]:
     """What a change of the report is: counts, activity, and the oldest arrival to 0.1 s (the
     ``waited`` of an unchanged oldest request grows by itself and is no change)."""
@@ -218,9 +235,20 @@ def _summary(report: Mapping[str, ReportedDemand], now: float) -> tuple[Any, ...
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Written:
+    """A report as we last wrote it: its demand summary, its acknowledgement, and when (our
+    clock, taken before the write was sent)."""
+
+    summary: tuple[Any, ...]
+    ack: AdmissionAck | None
+    at: float
+
+
 class DemandReporter:
-    """Writes this replica's demand report per pool: on change (at most once per ``interval``),
-    renewed at a third of ``duration`` while there is demand, emptied once when there is none."""
+    """Writes this replica's report per pool: held while we route the pool, on a change of demand
+    (at most once per ``interval``), at once on a change of our acknowledgement, renewed at a
+    third of ``duration``, emptied on the way out."""
 
     needs_leader_election = False
 
@@ -236,6 +264,10 @@ class DemandReporter:
         duration: int = DEFAULT_REPORT_DURATION_SECONDS,
         activity_window: float = DEFAULT_ACTIVITY_WINDOW_SECONDS,
         clock: TimeSource = time.monotonic,
+        routed: Callable[[], Iterable[str]] = lambda: (),
+        acknowledgement: Callable[[str], AdmissionAck | None] = lambda pool: None,
+        wake: Notifier | None = None,
+        on_live: Callable[[], None] = lambda: None,
     ) -> None:
         if interval <= 0 or duration < 1:
             raise ValueError("the report interval must be positive and its duration at least 1 s")
@@ -243,57 +275,96 @@ class DemandReporter:
         self.local, self.inflight = local, inflight
         self.interval, self.duration, self.activity_window = interval, duration, activity_window
         self.clock = clock
-        #: Per pool: the summary last written, and when.
-        self._written: dict[str, tuple[tuple[Any, ...], float]] = {}
+        #: The pools our router routes (its pool backends), reported from our start.
+        self.routed = routed
+        #: Our acknowledgement of a pool's closed admission (:func:`admission_ack`).
+        self.acknowledgement = acknowledgement
+        #: Woken by every change that may alter a report (cache events, in-flight ends).
+        self.wake = wake
+        #: Called when a pool's report becomes live (held requests waiting for it look again).
+        self.on_live = on_live
+        self._written: dict[str, _Written] = {}
+        #: Per pool: when its last write failed (our clock).
+        self._failed_at: dict[str, float] = {}
         #: Per pool: the report Lease as the API server last returned it.
         self._objects: dict[str, Any] = {}
         self.writes = 0
         #: Each write's time limit, so a hung API call cannot outlive the report.
         self.call_timeout = max(1.0, duration / 6)
 
+    def live(self, pool: str) -> bool:
+        """Our report of ``pool`` is held and surely not expired for any reader: it was sent less
+        than its duration, less one write's time limit, ago (a reader's expiry runs from when it
+        saw the write, later still). Admission to the pool waits for it."""
+        written = self._written.get(pool)
+        if written is None or written.ack is None:
+            return False
+        return self.clock() - written.at < self.duration - self.call_timeout
+
     async def start(self) -> None:
         """Report until cancelled; on the way out, empty every report we wrote (best effort)."""
         try:
             while True:
+                change = self.wake.snapshot() if self.wake is not None else None
                 await self.report_once()
-                await anyio.sleep(self.interval)
+                if change is None:
+                    await anyio.sleep(self.interval)
+                else:
+                    await Notifier.wait(change, self.interval)
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
-                for pool, (summary, _) in list(self._written.items()):
-                    if summary:
-                        await self._write(pool, {})
+                for pool, written in list(self._written.items()):
+                    if written.summary or written.ack is not None:
+                        await self._write(pool, {}, None)
 
     async def report_once(self) -> None:
         now = self.clock()
-        for pool in sorted(self.local.pools() | set(self._written)):
+        routed = set(self.routed()) | self.local.pools()
+        for pool in sorted(routed | set(self._written)):
+            ack = self.acknowledgement(pool) if pool in routed else None
+            last = self._written.get(pool)
+            if last is not None and last.ack == ack and now - last.at < self.interval:
+                continue  # only demand could have changed, and it waits for the interval
+            if now - self._failed_at.get(pool, -self.interval) < self.interval:
+                continue  # the last write failed: no retry per wake-up
             report = own_report(pool, self.local, self.inflight, self.activity_window, now)
             summary = _summary(report, now)
-            last = self._written.get(pool)
-            if last is None and not report:
+            if last is None and not report and ack is None:
                 continue  # never reported, nothing to report
-            changed = last is None or last[0] != summary
-            renew_due = bool(report) and last is not None and now - last[1] >= self.duration / 3
-            if changed or renew_due:
-                await self._write(pool, report)
+            held = bool(report) or ack is not None
+            if (
+                last is None
+                or last.summary != summary
+                or last.ack != ack
+                or (held and now - last.at >= self.duration / 3)
+            ):
+                await self._write(pool, report, ack)
 
-    async def _write(self, pool: str, report: Mapping[str, ReportedDemand]) -> None:
+    async def _write(
+        self, pool: str, report: Mapping[str, ReportedDemand], ack: AdmissionAck | None
+    ) -> None:
         """One write of the report, over the object we wrote last (its resourceVersion); a 409
         or a report we never wrote is read first."""
         name = demand_lease_name(pool, self.identity)
         now = self.clock()
         current = self._objects.get(pool)
+        was_live = self.live(pool)
         try:
             with anyio.fail_after(self.call_timeout):
-                await self._write_attempts(pool, name, report, now, current)
+                await self._write_attempts(pool, name, report, ack, now, current)
         except (KubeError, TimeoutError) as err:
             self._objects.pop(pool, None)
+            self._failed_at[pool] = now
             log.warning("pool %s: writing the demand report failed: %r", pool, err)
+        if not was_live and self.live(pool):
+            self.on_live()
 
     async def _write_attempts(
         self,
         pool: str,
         name: str,
         report: Mapping[str, ReportedDemand],
+        ack: AdmissionAck | None,
         now: float,
         current: Any,
     ) -> None:
@@ -303,7 +374,9 @@ class DemandReporter:
                     current = await self.client.get(LEASES, name, self.namespace)
                 except NotFound:
                     current = None
-            body = demand_lease(self.namespace, pool, self.identity, self.duration, report, current)
+            body = demand_lease(
+                self.namespace, pool, self.identity, self.duration, report, current, ack
+            )
             try:
                 if current is None:
                     written = await self.client.create(LEASES, body)
@@ -314,5 +387,5 @@ class DemandReporter:
                 continue
             self.writes += 1
             self._objects[pool] = written
-            self._written[pool] = (_summary(report, now), now)
+            self._written[pool] = _Written(_summary(report, now), ack, now)
             return

@@ -45,6 +45,17 @@ def _pool_members(pool: ObjectView) -> list[str]:
     return [str((m.get("inferenceServiceRef") or {}).get("name")) for m in members]
 
 
+def routed_pools(router: ObjectView | None) -> set[str]:
+    """The pools ``router``'s backends name (``poolRef``): a replica reports to each of them from
+    its start, so each pool's fenced drain knows every replica that may forward to its members."""
+    found: set[str] = set()
+    for backend in _backends(router or {}):
+        name = (backend.get("poolRef") or {}).get("name")
+        if name:
+            found.add(str(name))
+    return found
+
+
 def model_name(isvc: ObjectView | None, fallback: str) -> str:
     """The model an InferenceService serves (``spec.model.name``), else its own name."""
     if isvc is None:

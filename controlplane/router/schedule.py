@@ -12,8 +12,8 @@ is tracked since when we have seen it resident, the turn goes by
 
 It also answers the one question the fast path asks of the schedule: is admission to a member
 closed (a live intent on the pool's Lease names another member; in a pool with a budget, and
-names this one among the residents that leave for it; a change to its pod waits for the pool; or
-the pool is giving it back for idleness)?
+names this one among the residents that leave for it; a change to its pod waits for the pool; the
+pool is giving it back for idleness; or the pool's status closes it for a drain)?
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from controlplane.api.v1alpha1.modelpool import (
     DEFAULT_MAX_WAIT,
     DEFAULT_MIN_RESIDENCY,
     DEFAULT_SWAP_BUDGET,
+    status_admission,
     status_reclaiming,
     status_residents,
 )
@@ -104,10 +105,14 @@ class PoolSchedule:
         a change to its pod waits for the pool to drain it (its ``UpdatePending``: its requests
         are held for the new pod, docs/inferenceservice.md, "Changing a serving member"); or the
         pool is giving it back for idleness (``status.reclaiming``: a request held for it is
-        demand, which ends the reclaim, docs/modelpool.md "Giving an idle slot back")."""
+        demand, which ends the reclaim, docs/modelpool.md "Giving an idle slot back"); or the pool
+        drains it (``status.admissionClosed``: the fenced drain, whose probe waits for every
+        replica's acknowledgement, docs/design.md "One fenced drain")."""
         if update_pending(self.view.isvc(member)):
             return True
         if member in status_reclaiming((self.view.pool(pool_name) or {}).get("status") or {}):
+            return True
+        if member in status_admission((self.view.pool(pool_name) or {}).get("status") or {})[0]:
             return True
         intent = self.leases.live_intent(pool_name, self.view.pool_leases(pool_name))
         if intent is None or intent.target == member:

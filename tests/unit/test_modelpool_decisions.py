@@ -12,12 +12,14 @@ import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
 from controlplane.api.v1alpha1.activation import new_pool_lease
+from controlplane.api.v1alpha1.demand import AdmissionAck, ReportedDemand, demand_lease
 from controlplane.api.v1alpha1.inferenceservice import RUNTIME_LLAMACPP
 from controlplane.controllers.modelpool import ModelPoolReconciler
 from controlplane.controllers.modelpool.intent import LeaseObserver
 from controlplane.probes.idle import IdleOutcome, IdleReport
 from controlplane.runtime.client import KubeClient, ObjectList
 from controlplane.runtime.controller import Request, Result
+from controlplane.runtime.endpoints import SERVICE_NAME_LABEL as SERVICE_NAME
 from controlplane.runtime.errors import Conflict
 from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
@@ -298,24 +300,30 @@ async def test_an_acknowledgement_of_an_earlier_release_does_not_count() -> None
     assert slots_written(api) == {"a": None, "b": "Released"}
 
 
-class FailingProbe:
-    """An idle probe whose every answer is unproven (a 500, a timeout, a body that is not slots)."""
+class AnsweringProbe:
+    """An idle probe that gives one answer (a failure: a 500, a timeout, a body that is not
+    slots; or idle), recording what it was asked."""
 
-    def __init__(self) -> None:
+    def __init__(self, outcome: IdleOutcome, detail: str) -> None:
         self.probed: list[str] = []
+        self.answer = IdleReport(outcome, detail)
 
     async def probe(
         self, base_url: str, *, member: str = "", model: str | None = None
     ) -> IdleReport:
         self.probed.append(base_url)
-        return IdleReport(IdleOutcome.FAILED, "/slots answered 500")
+        return self.answer
 
 
 @pytest.mark.anyio
 async def test_a_failed_idle_check_defers_the_drain_and_never_forces_it() -> None:
     """a is the Ready resident serving at an endpoint; an intent asks for b. The probe cannot
     prove a idle: a must not be written (no drain, no owner up), the pool says IdleCheckFailed."""
-    api, events, probe = FakeApi(), Events(), FailingProbe()
+    api, events, probe = (
+        FakeApi(),
+        Events(),
+        AnsweringProbe(IdleOutcome.FAILED, "/slots answered 500"),
+    )
     pool = "deferring"
     resident = {**member("a"), "status": {"phase": "Ready"}}
     owner = reconciler(api, events, pool, resident, member("b"), slots={"a": "Granted"})
@@ -337,7 +345,9 @@ async def test_a_failed_idle_check_defers_the_drain_and_never_forces_it() -> Non
     owner.observer.on_add(lease, True)
     cached = owner.pools.store.get(f"{NS}/{pool}")
     assert cached is not None
-    owner.pools.store.upsert({**cached, "status": {**cached["status"], "residentMember": "a"}})
+    # admission to a was closed by an earlier reconcile (the fence)
+    closed = {"residentMember": "a", "admissionClosed": ["a"], "admissionGeneration": 1}
+    owner.pools.store.upsert({**cached, "status": {**cached["status"], **closed}})
 
     result = await owner.reconcile(Request(NS, pool))
 
@@ -348,3 +358,72 @@ async def test_a_failed_idle_check_defers_the_drain_and_never_forces_it() -> Non
     deferred = next(c for c in status["conditions"] if c["type"] == "SwapDeferred")
     assert (deferred["status"], deferred["reason"]) == ("True", "IdleCheckFailed")
     assert result.requeue_after is not None, "a deferred drain must be probed again"
+
+
+def _fenced_swap(
+    status: dict[str, Any], reports: list[Object]
+) -> tuple[FakeApi, AnsweringProbe, ModelPoolReconciler, str]:
+    """a is the Ready resident at an endpoint, an intent asks for b, ``status`` is what the pool's
+    status already says and ``reports`` are the router replicas' demand reports."""
+    api, events, probe = FakeApi(), Events(), AnsweringProbe(IdleOutcome.IDLE, "every slot idle")
+    pool = "fenced"
+    resident = {**member("a"), "status": {"phase": "Ready"}}
+    owner = reconciler(api, events, pool, resident, member("b"), slots={"a": "Granted"})
+    owner.probes = {RUNTIME_LLAMACPP: probe}
+    owner.endpoint_slices.store.upsert(
+        {
+            "metadata": {"name": "a-s", "namespace": NS, "labels": {SERVICE_NAME: "a"}},
+            "addressType": "FQDN",
+            "ports": [{"name": "http", "port": 18080}],
+            "endpoints": [{"addresses": ["a-0.ns.localhost"], "conditions": {"ready": True}}],
+        }
+    )
+    for lease in [new_pool_lease(NS, pool, "router-0", "b", 60), *reports]:
+        owner.leases.store.upsert(lease)
+        owner.observer.on_add(lease, True)
+    cached = owner.pools.store.get(f"{NS}/{pool}")
+    assert cached is not None
+    owner.pools.store.upsert({**cached, "status": {**cached["status"], **status}})
+    return api, probe, owner, pool
+
+
+def _report(identity: str, ack: AdmissionAck | None) -> Object:
+    """A replica's report; one without an acknowledgement (an older replica's) is held only
+    while it has demand."""
+    demand = {"b": ReportedDemand(held=1)} if ack is None else {}
+    return demand_lease(NS, "fenced", identity, 15, demand, admission=ack)
+
+
+@pytest.mark.anyio
+async def test_a_drain_first_closes_admission_and_probes_nothing_until_it_is_published() -> None:
+    api, probe, owner, pool = _fenced_swap({"residentMember": "a"}, [])
+    await owner.reconcile(Request(NS, pool))
+    assert probe.probed == [], "probed before the closure was published"
+    status = api.status_writes[-1]["status"]
+    assert (status["admissionClosed"], status["admissionGeneration"]) == (["a"], 1)
+    assert slots_written(api) == {"a": "Granted", "b": None}
+
+
+@pytest.mark.parametrize(
+    ("ack", "probed"),
+    [
+        (None, False),  # a replica that acknowledges nothing (older, or malformed)
+        (AdmissionAck(1, {}), False),  # it applied an older generation
+        (AdmissionAck(2, {"a": 1}), False),  # a request still in flight on a
+        (AdmissionAck(2, {"b": 3}), True),  # in flight elsewhere does not matter
+        (AdmissionAck(3, {}), True),
+    ],
+)
+@pytest.mark.anyio
+async def test_the_probe_waits_for_every_live_replica_to_acknowledge_the_closure(
+    ack: AdmissionAck | None, probed: bool
+) -> None:
+    closed = {"residentMember": "a", "admissionClosed": ["a"], "admissionGeneration": 2}
+    reports = [_report("router-0", AdmissionAck(2, {})), _report("router-1", ack)]
+    api, probe, owner, pool = _fenced_swap(closed, reports)
+    result = await owner.reconcile(Request(NS, pool))
+    assert probe.probed == (["http://127.0.0.1:18080"] if probed else [])
+    released = slots_written(api).get("a") == "Released"
+    assert released == probed, "a released although a replica had not closed it"
+    if not probed:
+        assert result.requeue_after is not None, "a fenced drain must be looked at again"

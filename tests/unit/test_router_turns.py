@@ -9,18 +9,23 @@ written on change, not per request.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import anyio
 import pytest
 
 from controlplane.api.v1alpha1.activation import new_pool_lease, read_activation
 from controlplane.api.v1alpha1.demand import (
+    ADMISSION_ANNOTATION,
     DEMAND_ANNOTATION,
     ReportedDemand,
     decode_demand,
     demand_lease,
     demand_lease_name,
 )
-from controlplane.router.demand import DemandReporter
+from controlplane.router.activator import Activator
+from controlplane.router.demand import DemandReporter, admission_ack
 from controlplane.router.routing import Route
 from controlplane.runtime.resources import LEASES
 from tests.unit.activator_helpers import (
@@ -33,6 +38,7 @@ from tests.unit.activator_helpers import (
     running,
     until,
 )
+from tests.unit.router_fakes import FakeApi, FakeView
 
 pytestmark = pytest.mark.anyio
 
@@ -303,3 +309,65 @@ async def test_a_second_target_waits_for_this_replicas_turn_without_calling_the_
         await play_controller(view, api, activator)
         await until(lambda: "c" in answers and not activator.swaps)
     assert targets_claimed(api) == ["b", "c"]
+
+
+def _fencing_reporter(
+    view: FakeView, api: FakeApi, activator: Activator, interval: float
+) -> DemandReporter:
+    """A reporter as the process wires it: it routes gpu-0 and acknowledges its closure."""
+    reporter = DemandReporter(
+        api,
+        "ns",
+        "me",
+        activator.local,
+        activator.inflight,
+        interval=interval,
+        routed=lambda: {"gpu-0"},
+        acknowledgement=lambda pool: admission_ack(view.pool(pool), activator.inflight),
+        wake=activator.progress,
+        on_live=activator.notifier.notify,
+    )
+    activator.admission.reported = reporter.live
+    return reporter
+
+
+def _ack(api: FakeApi) -> Any:
+    written = api.objects[("leases", demand_lease_name("gpu-0", "me"))]
+    assert written["spec"]["holderIdentity"] == "me", "a routing replica's report is held"
+    return json.loads(written["metadata"]["annotations"][ADMISSION_ANNOTATION])
+
+
+async def test_a_routing_replica_admits_only_once_its_report_is_live_and_acknowledges_a_closure_at_once() -> (  # noqa: E501
+    None
+):
+    view, api = cluster()
+    activator = new_activator(view, api)
+    # a long interval: an acknowledgement must not wait for it
+    reporter = _fencing_reporter(view, api, activator, interval=30.0)
+    assert activator.ready_url("gpu-0", "a") is None, "admitted before the pool could see us"
+    async with running(activator) as group:
+        group.start_soon(reporter.start)
+        await until(lambda: reporter.live("gpu-0"))
+        assert _ack(api) == {"generation": 0, "inFlight": {}}
+        assert activator.ready_url("gpu-0", "a") is not None
+        ended = activator.inflight.track("a")  # a stream in flight on a
+        view.pools["gpu-0"]["status"].update(admissionClosed=["a"], admissionGeneration=4)
+        activator.notifier.notify()  # the pool's watch event
+        await until(lambda: _ack(api)["generation"] == 4)
+        assert _ack(api) == {"generation": 4, "inFlight": {"a": 1}}
+        assert activator.ready_url("gpu-0", "a") is None, "a closed member was admitted"
+        ended()
+        await until(lambda: _ack(api)["inFlight"] == {})
+        group.cancel_scope.cancel()
+
+
+async def test_a_request_whose_member_closes_between_its_choice_and_its_count_is_held_again() -> (
+    None
+):
+    view, api = cluster()
+    activator = new_activator(view, api)
+    route = Route("a", "a", "gpu-0")
+    assert activator.ready_upstream(route) is not None
+    view.pools["gpu-0"]["status"].update(admissionClosed=["a"], admissionGeneration=1)
+    assert activator.closed_to(route), "the check after the count must see the closure"
+    assert not activator.closed_to(Route("b", "b", "gpu-0"))

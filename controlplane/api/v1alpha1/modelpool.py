@@ -466,6 +466,21 @@ class ModelPoolStatus(ApiObject):
         max_items=MAX_MEMBERS,
         list_type="set",
     )
+    admission_closed: list[str] = api_field(
+        "Members the pool is draining (a swap, a reclaim, a change to a pod, a slot-server "
+        "change): every router-proxy replica holds new requests for them, and their idle probe "
+        "waits until every live replica has acknowledged admissionGeneration with nothing in "
+        "flight on them.",
+        default_factory=list,
+        max_items=MAX_MEMBERS,
+        list_type="set",
+    )
+    admission_generation: int | None = api_field(
+        "Raised each time a member joins admissionClosed; each router-proxy replica's demand "
+        "report says which generation it has applied.",
+        format="int64",
+        minimum=0,
+    )
     observed_generation: int | None = api_field(
         "The .metadata.generation this status describes.", format="int64", minimum=0
     )
@@ -589,6 +604,17 @@ def status_reclaiming(status: ObjectView) -> list[str]:
     admission to them is closed on every router-proxy replica."""
     listed = status.get("reclaiming")
     return [str(m) for m in listed if m] if isinstance(listed, list) else []
+
+
+def status_admission(status: ObjectView) -> tuple[list[str], int]:
+    """The members a pool's status closes admission to (``admissionClosed``) and the generation
+    that closure has (``admissionGeneration``, 0 when unset): every router-proxy replica holds
+    new requests for them and acknowledges the generation in its demand report."""
+    listed = status.get("admissionClosed")
+    closed = [str(m) for m in listed if m] if isinstance(listed, list) else []
+    generation = status.get("admissionGeneration")
+    valid = isinstance(generation, int) and not isinstance(generation, bool) and generation >= 0
+    return closed, generation if valid and isinstance(generation, int) else 0
 
 
 def member_since(pool: ObjectView, member: str) -> str | None:

@@ -82,6 +82,7 @@ from controlplane.api.v1alpha1.modelpool import (
     ModelPoolStatus,
     WaitingDemand,
 )
+from controlplane.controllers.modelpool.fence import Fence
 from controlplane.controllers.modelpool.intent import Intent, Owner, OwnerReason
 from controlplane.controllers.modelpool.member import MemberState, missing_members
 from controlplane.controllers.modelpool.ready import pool_ready
@@ -231,6 +232,8 @@ class PoolView:
     keep: tuple[str, ...] = ()
     #: The idle clocks and the residents being given back (:mod:`~.idle`).
     idle: IdleVerdict = field(default_factory=IdleVerdict)
+    #: The admission closed for the drain, as it is to be published (:mod:`~.fence`).
+    fence: Fence = field(default_factory=Fence)
 
 
 def _members_phase(
@@ -344,6 +347,9 @@ def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
     status.waiting = [w for w in view.waiting if w.member not in residents]
     status.idle_since = stamp(view.idle.pool_since)
     status.reclaiming = [m for m in view.idle.due if m in residents]
+    if not plan.invalid:  # a Degraded pool keeps its closure as it was: nothing moves
+        status.admission_closed = list(view.fence.closed)
+        status.admission_generation = view.fence.generation or status.admission_generation
     status.observed_generation = generation
 
     invalid = members_valid(plan) if plan.invalid else None
@@ -444,15 +450,18 @@ def requeue_result(
     intent: Intent | None,
     waiting: bool = False,
     idle: IdleVerdict | None = None,
+    fencing: bool = False,
 ) -> Result:
     """When to look again although no watch event may come: a deferred drain is re-probed after
     :data:`DEFER_REQUEUE_SECONDS`, a valid intent re-checked just after it would expire, shown
     waiting demand re-read after :data:`WAITING_REQUEUE_SECONDS` (a report of a replica that died
-    expires with no event), and an idle clock looked at as it falls due."""
+    expires with no event), an idle clock looked at as it falls due, and a fenced drain looked at
+    again as a backstop (the replicas' acknowledgements come as report events, an expired report
+    with none)."""
     delays = []
     if idle is not None and idle.next_due_in is not None:
         delays.append(idle.next_due_in + EXPIRY_MARGIN_SECONDS)
-    if deferral is not None:
+    if deferral is not None or fencing:
         delays.append(DEFER_REQUEUE_SECONDS)
     if intent is not None:
         delays.append(intent.expires_in + EXPIRY_MARGIN_SECONDS)

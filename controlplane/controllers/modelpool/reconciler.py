@@ -78,6 +78,7 @@ from controlplane.controllers.inferenceservice.weightsstatus import weights_read
 from controlplane.controllers.modelpool import metrics
 from controlplane.controllers.modelpool.checks import probe_members, room_confirmed
 from controlplane.controllers.modelpool.claims import claimed_elsewhere
+from controlplane.controllers.modelpool.fence import judge_fence
 from controlplane.controllers.modelpool.gauges import PoolGauges
 from controlplane.controllers.modelpool.grant import acknowledged
 from controlplane.controllers.modelpool.idle import idle_settings, reclaimed_owner
@@ -271,11 +272,17 @@ class ModelPoolReconciler:
         ) as decision:
             deferral = None
             release = list(plan.release)
-            if plan.probe:
+            fence = judge_fence(
+                plan.probe, pool.status.admission_closed, pool.status.admission_generation or 0,
+                demand, (*plan.holding, *plan.refresh),
+            )  # fmt: skip
+            if fence.waiting:
+                decision.set_attribute("modelpool.fence.waiting", list(fence.waiting.values()))
+            if fence.fenced:
                 models_of = seen.models_of if seen is not None else {}
-                reports = await probe_members(self.probes, members, plan.probe, models_of)
-                blocking = {m: blocking_reports(members[m], reports[m]) for m in plan.probe}
-                release += [m for m in plan.probe if reports[m] and not blocking[m]]
+                reports = await probe_members(self.probes, members, fence.fenced, models_of)
+                blocking = {m: blocking_reports(members[m], reports[m]) for m in fence.fenced}
+                release += [m for m in fence.fenced if reports[m] and not blocking[m]]
                 deferral = deferral_from({m: r for m, r in blocking.items() if r})
             decision.set_attribute("modelpool.drain", release)
             decision.set_attribute("modelpool.owner_up", plan.grant is not None)
@@ -294,7 +301,9 @@ class ModelPoolReconciler:
 
         now = datetime.now(UTC)
         waiting = self.waiting(demand, names, pool.status.resident_member)
-        view = PoolView(members, owner, plan, deferral, now, waiting, slots, budget, keep, idle)
+        view = PoolView(
+            members, owner, plan, deferral, now, waiting, slots, budget, keep, idle, fence
+        )
         status = pool_status(pool, view)
         if status.phase == PHASE_READY:
             self.record.owner_ready(key, namespace, request.name, status.resident_member)
@@ -330,7 +339,9 @@ class ModelPoolReconciler:
         self.record.decision_events(
             obj, key, plan.refresh, release, deferral, owner, idle.act, idle_rules.action
         )
-        result = requeue_result(deferral, intent, waiting=bool(status.waiting), idle=idle)
+        result = requeue_result(
+            deferral, intent, waiting=bool(status.waiting), idle=idle, fencing=bool(fence.waiting)
+        )
         if seen is not None and self.slot_runtime is not None:
             # The decision is written (or was already): the server carries it out.
             again = await self.slot_runtime.carry_out(key, slots, seen)
