@@ -74,7 +74,8 @@ ACTIVATION_ROLE_RULES = (
     PolicyRule((GROUP,), ("modelpools",), READ),
 )
 
-#: ModelRouter controller: the proxy Deployment, Service, ServiceAccount and activation RBAC.
+#: ModelRouter controller: the proxy Deployment, Service, ServiceAccount, activation RBAC and
+#: PodDisruptionBudget.
 MODEL_ROUTER_RULES = (
     PolicyRule((GROUP,), ("modelrouters",), READ),
     PolicyRule((GROUP,), ("modelrouters/status",), STATUS),
@@ -82,6 +83,8 @@ MODEL_ROUTER_RULES = (
     PolicyRule(("apps",), ("deployments",), (*READ, *WRITE)),
     PolicyRule(("",), ("services", "serviceaccounts"), (*READ, *WRITE)),
     PolicyRule(("rbac.authorization.k8s.io",), ("roles", "rolebindings"), (*READ, *WRITE)),
+    # The proxies' PodDisruptionBudget: a node drain evicts one replica at a time.
+    PolicyRule(("policy",), ("poddisruptionbudgets",), (*READ, *WRITE)),
     # Backends are read (never written) for the BackendsReady condition.
     PolicyRule((GROUP,), ("inferenceservices", "modelpools"), READ),
 )

@@ -55,6 +55,10 @@ from controlplane.standin.tokens import TOKEN_SECONDS, service_account_token
 __all__ = ["TOKEN_SECONDS", "service_account_token"]  # and everything public below
 
 STOP_GRACE_SECONDS: Final = 30.0
+#: ``--shutdown-delay`` of a proxy started here: it is reached at its own loopback port, with no
+#: kube-proxy or load balancer to take it out of their endpoints, so a stop that waited the
+#: cluster's 5 s would only slow every test's end; ``extra_args`` may name another.
+LOCAL_SHUTDOWN_DELAY_SECONDS: Final = 0.5
 
 
 def kubeconfig_for_token(admin_kubeconfig: Path, token: str, path: Path) -> Path:
@@ -213,7 +217,8 @@ class NodeStandInProcess(LocalProcess):
 
 class RouterProxyProcess(LocalProcess):
     """``controlplane router-proxy`` for ModelRouter ``router``, on a free loopback port;
-    ``extra_args`` are passed as they are (tests shorten the pool Lease with them)."""
+    ``extra_args`` are passed as they are (tests shorten the pool Lease with them), after
+    ``--shutdown-delay`` :data:`LOCAL_SHUTDOWN_DELAY_SECONDS` (so one of them wins)."""
 
     def __init__(
         self,
@@ -234,6 +239,7 @@ class RouterProxyProcess(LocalProcess):
             "--kubeconfig", str(kubeconfig), "--identity", identity,
             "--bind-address", f"127.0.0.1:{self.port}",
             "--preflight-cache-dir", str(workdir / f"preflight-{identity}"),
+            "--shutdown-delay", str(LOCAL_SHUTDOWN_DELAY_SECONDS),
             *extra_args,
         ]  # fmt: skip
         super().__init__(args, workdir / f"{identity}.log", cwd=cwd, name=identity, env=env)

@@ -157,6 +157,8 @@ class Activator:
         #: span still cost 2 KB per held request: its context managers and context tokens).
         self.tracing = tracing
         self._group: anyio.abc.TaskGroup | None = None
+        #: Set once :meth:`start` has returned: every driver ended, its claim released.
+        self._ended = anyio.Event()
 
     @property
     def swaps(self) -> dict[tuple[str, str], Swap]:
@@ -165,12 +167,28 @@ class Activator:
 
     async def start(self) -> None:
         """Run swap drivers until cancelled (a manager runnable); then stop starting swaps."""
-        async with anyio.create_task_group() as group:
-            self._group = group
-            try:
-                await self._backstop()
-            finally:
-                self._stop()
+        try:
+            async with anyio.create_task_group() as group:
+                self._group = group
+                try:
+                    await self._backstop()
+                finally:
+                    self._stop()
+        finally:
+            self._ended.set()
+
+    async def stop(self) -> None:
+        """Stop now, while the process goes on serving (a stopping replica's first step,
+        :mod:`controlplane.router.drain`): held requests are answered 503 ``proxy_stopping``
+        with a ``Retry-After``, no swap is started, and every running swap's driver is cancelled,
+        which releases its claim on the pool's Lease (bounded: ``swapdriver``'s
+        ``RELEASE_WHILE_STOPPING_SECONDS``). Returns once they have; at once when never
+        started. The fast path, the in-flight counts and the demand they report go on."""
+        self._stop()
+        if self._group is None:
+            return
+        self._group.cancel_scope.cancel()
+        await self._ended.wait()
 
     async def _backstop(self) -> None:
         """Wake every swap driver at least every :data:`POLL_SECONDS` (progress is driven by

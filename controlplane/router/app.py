@@ -161,6 +161,9 @@ class ProxyContext:
     #: The API keys accepted now (``--api-keys-dir``, :mod:`~controlplane.router.apikeyfiles`);
     #: None: no key is asked for.
     api_keys: Callable[[], ApiKeys] | None = None
+    #: Why ``/readyz`` fails while the replica stops (:mod:`~controlplane.router.drain`), None
+    #: while it serves. Only the probe reads it: a stopping replica still relays and forwards.
+    stopping: Callable[[], str | None] = lambda: None
 
 
 #: Families the proxy does not expose: it runs no controller and no leader election, but shares
@@ -668,6 +671,8 @@ def _starlette_app(context: ProxyContext) -> Starlette:
 
     async def readyz(_: Request) -> Response:
         reasons = context.not_ready()
+        if (stopping := context.stopping()) is not None:
+            reasons = [*reasons, stopping]
         if reasons:
             return JSONResponse({"ready": False, "reasons": reasons}, status_code=503)
         return PlainTextResponse("ok")

@@ -43,6 +43,12 @@ from controlplane.router.settings import (
     RouterProxySettings,
 )
 from controlplane.router.standalone import DEFAULT_SCALE_FROM_ZERO_BUDGET_SECONDS
+from controlplane.router.stopplan import (
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_SHUTDOWN_DELAY_SECONDS,
+    DEFAULT_SHUTDOWN_MARGIN_SECONDS,
+    StopPlan,
+)
 from controlplane.router.upstream import DEFAULT_MAX_ANSWER_BYTES, UpstreamTimeouts
 from controlplane.runtime.requestlimits import (
     DEFAULT_BODY_READ_TIMEOUT_SECONDS,
@@ -229,6 +235,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default {DEFAULT_HEALTH_TIMEOUT_SECONDS:g})",
     )
     parser.add_argument(
+        "--termination-grace-period",
+        type=seconds,
+        default=DEFAULT_GRACE_SECONDS,
+        help="seconds: the pod's terminationGracePeriodSeconds (the operator passes the "
+        "ModelRouter's spec.proxy.terminationGracePeriodSeconds); on SIGTERM the streams in "
+        "flight are relayed to their end within it, less --shutdown-margin "
+        f"(default {DEFAULT_GRACE_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--shutdown-delay",
+        type=seconds,
+        default=DEFAULT_SHUTDOWN_DELAY_SECONDS,
+        help="seconds a stopping proxy keeps accepting after SIGTERM, not Ready, while the "
+        "endpoints drop it (what a preStop sleep would do) "
+        f"(default {DEFAULT_SHUTDOWN_DELAY_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--shutdown-margin",
+        type=seconds,
+        default=DEFAULT_SHUTDOWN_MARGIN_SECONDS,
+        help="seconds of the grace period kept for the exit after the last relay is cut, so the "
+        f"process exits before SIGKILL (default {DEFAULT_SHUTDOWN_MARGIN_SECONDS:g})",
+    )
+    parser.add_argument(
         "--audit-successes",
         action="store_true",
         help="log each 2xx answer's audit line at INFO (default DEBUG; errors are always INFO)",
@@ -267,6 +297,11 @@ def settings_from(args: argparse.Namespace) -> RouterProxySettings:
         api_keys_reload_seconds=args.api_keys_reload_interval,
         direct_health_interval_seconds=args.direct_health_interval,
         direct_health_timeout_seconds=args.direct_health_timeout,
+        stop_plan=StopPlan(
+            grace=args.termination_grace_period,
+            delay=args.shutdown_delay,
+            margin=args.shutdown_margin,
+        ),
     )
 
 

@@ -15,6 +15,8 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+import anyio
+
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.api.v1alpha1.activation import POOL_LABEL
 from controlplane.preflight import Component
@@ -26,6 +28,7 @@ from controlplane.router.apikeys import ApiKeys
 from controlplane.router.app import ProxyContext, build_app
 from controlplane.router.demand import DemandReporter, LocalDemand, PoolLeases
 from controlplane.router.directready import DirectReady
+from controlplane.router.drain import ProxyDrain
 from controlplane.router.errors import request_refusal
 from controlplane.router.lease import LeaseCoordinator
 from controlplane.router.settings import UPSTREAM_CLIENTS, RouterProxySettings
@@ -35,7 +38,7 @@ from controlplane.runtime.cache import Store
 from controlplane.runtime.coalescing import http_protocol
 from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.endpoints import member_urls, starting_urls
-from controlplane.runtime.httpserver import bind, serve
+from controlplane.runtime.httpserver import StopRequest, bind, serve
 from controlplane.runtime.informer import DeletedFinalStateUnknown, Informer
 from controlplane.runtime.manager import Manager, ManagerOptions
 from controlplane.runtime.objects import Object, ObjectView
@@ -179,7 +182,8 @@ class CacheView:
 
 
 class ProxyServer:
-    """The HTTP server as a manager runnable, on a socket bound before the manager starts."""
+    """The HTTP server as a manager runnable, on a socket bound before the manager starts;
+    :meth:`drain` stops it gracefully with a bound of its caller's choosing."""
 
     needs_leader_election = False
 
@@ -188,8 +192,22 @@ class ProxyServer:
     ) -> None:
         self.app, self.sock, self.upstream = app, sock, upstream
         self.limits = limits or RequestLimits()
+        self._stop = StopRequest()
+        self._ended = anyio.Event()
+
+    async def drain(self, timeout: float) -> None:
+        """Stop listening now, relay what is in flight for up to ``timeout`` seconds (then cut
+        it), and return once the server has stopped."""
+        self._stop.request(timeout)
+        await self._ended.wait()
 
     async def start(self) -> None:
+        try:
+            await self._serve()
+        finally:
+            self._ended.set()
+
+    async def _serve(self) -> None:
         try:
             host, port = self.sock.getsockname()[:2]
             log.info("router-proxy listening on http://%s:%d", host, port)
@@ -200,7 +218,14 @@ class ProxyServer:
             protocol = http_protocol()
             if not isinstance(protocol, str):  # no httptools: uvicorn's own parser, unguarded
                 protocol = guarded_protocol(protocol, self.limits, request_refusal)
-            await serve(self.app, [self.sock], access_log=False, proxy_headers=False, http=protocol)
+            await serve(
+                self.app,
+                [self.sock],
+                stop=self._stop,
+                access_log=False,
+                proxy_headers=False,
+                http=protocol,
+            )
         finally:
             await self.upstream.aclose()
 
@@ -239,7 +264,7 @@ def _direct_ready(settings: RouterProxySettings) -> DirectReady | None:
 
 def build_router_proxy(
     settings: RouterProxySettings, *, tracing: bool = True
-) -> tuple[Manager, Activator]:
+) -> tuple[Manager, Activator, ProxyDrain]:
     config = ClientConfig.load(settings.kubeconfig)
     identity = settings.identity or default_identity()
     ns = settings.namespace
@@ -302,6 +327,17 @@ def build_router_proxy(
         ns,
         cache_dir=settings.preflight_cache_dir,
     )
+    upstream = _upstream(settings.upstream_client, settings.upstream_timeouts)
+    sock = bind(*settings.bind_address)
+    limits = RequestLimits(
+        settings.max_header_count,
+        settings.max_head_bytes,
+        settings.head_timeout_seconds,
+        settings.body_read_timeout_seconds,
+        settings.max_connections,
+    )
+    server = ProxyServer(None, sock, upstream, limits)
+    drain = ProxyDrain(settings.stop_plan, activator.stop, server.drain)
     context = ProxyContext(
         view.router,
         view.pool,
@@ -315,23 +351,19 @@ def build_router_proxy(
         tracing=tracing,
         held_stream_keepalive=settings.held_stream_keepalive_seconds,
         api_keys=_api_keys(manager, settings),
+        stopping=drain.not_ready,
     )
-    upstream = _upstream(settings.upstream_client, settings.upstream_timeouts)
-    sock = bind(*settings.bind_address)
-    limits = RequestLimits(
-        settings.max_header_count,
-        settings.max_head_bytes,
-        settings.head_timeout_seconds,
-        settings.body_read_timeout_seconds,
-        settings.max_connections,
-    )
-    manager.add(ProxyServer(build_app(context, activator, upstream), sock, upstream, limits))
+    server.app = build_app(context, activator, upstream)
+    # Its drain returns before the manager cancels the rest: the DemandReporter outlives every
+    # relay (controlplane/router/drain.py says why).
+    manager.add(server)
     log.info("router-proxy %s for router %s/%s", identity, ns, settings.router)
-    return manager, activator
+    return manager, activator, drain
 
 
 async def run_router_proxy(settings: RouterProxySettings) -> None:
-    """Run until SIGTERM; raises ``PreflightDenied`` (inside a group) on a DENIED preflight."""
+    """Run until SIGTERM, then drain (:mod:`controlplane.router.drain`); raises
+    ``PreflightDenied`` (inside a group) on a DENIED preflight."""
     tracing = configure_tracing("modelpool-router-proxy")
-    manager, _ = build_router_proxy(settings, tracing=tracing)
-    await manager.run_until_signal()
+    manager, _, drain = build_router_proxy(settings, tracing=tracing)
+    await manager.run_until_signal(before_shutdown=drain.run)

@@ -23,6 +23,7 @@ from controlplane.router.heldstream import DEFAULT_HELD_STREAM_KEEPALIVE_SECONDS
 from controlplane.router.lease import DEFAULT_LEASE_DURATION_SECONDS
 from controlplane.router.routing import DEFAULT_MAX_JSON_DEPTH
 from controlplane.router.standalone import DEFAULT_SCALE_FROM_ZERO_BUDGET_SECONDS
+from controlplane.router.stopplan import StopPlan
 from controlplane.router.upstream import DEFAULT_MAX_ANSWER_BYTES, UpstreamTimeouts
 from controlplane.runtime.requestlimits import (
     DEFAULT_BODY_READ_TIMEOUT_SECONDS,
@@ -99,3 +100,6 @@ class RouterProxySettings:
     api_keys_dir: Path | None = None
     #: Seconds between two reads of ``api_keys_dir`` (rotation without a restart).
     api_keys_reload_seconds: float = DEFAULT_RELOAD_INTERVAL_SECONDS
+    #: The stop's timeline (:mod:`controlplane.router.stopplan`): the pod's grace period, how
+    #: long to keep accepting after SIGTERM, and the margin kept for the exit.
+    stop_plan: StopPlan = field(default_factory=StopPlan)

@@ -37,6 +37,8 @@ class _EmbeddedServer(uvicorn.Server):
     """
 
     _exit_requested: asyncio.Event | None = None
+    #: Set by a :class:`StopRequest`: how long the requests in flight get, instead of the config's.
+    drain_timeout: float | None = None
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -63,7 +65,10 @@ class _EmbeddedServer(uvicorn.Server):
         for connection in list(self.server_state.connections):
             connection.shutdown()  # idle keep-alive connections close now, busy ones after
         try:
-            await asyncio.wait_for(self._drained(), timeout=self.config.timeout_graceful_shutdown)
+            timeout = self.drain_timeout
+            if timeout is None:
+                timeout = self.config.timeout_graceful_shutdown
+            await asyncio.wait_for(self._drained(), timeout=timeout)
         except TimeoutError:
             for task in self.server_state.tasks:
                 task.cancel(msg="graceful shutdown timed out")
@@ -95,14 +100,44 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+class StopRequest:
+    """A graceful stop asked of a running :func:`serve` from outside, with its own bound.
+
+    Cancelling :func:`serve` stops it too, bounded by :data:`GRACEFUL_SHUTDOWN_SECONDS`; a process
+    that drains itself (the router-proxy, :mod:`controlplane.router.drain`) knows a longer budget
+    only when the stop comes (what is left of its pod's grace period), so it asks through this.
+    """
+
+    def __init__(self) -> None:
+        self._asked = anyio.Event()
+        #: How long the requests in flight get once the stop is asked.
+        self.timeout: float = GRACEFUL_SHUTDOWN_SECONDS
+
+    def request(self, timeout: float) -> None:
+        """Stop listening now; the requests in flight get ``timeout`` seconds to finish."""
+        self.timeout = max(0.0, timeout)
+        self._asked.set()
+
+    @property
+    def requested(self) -> bool:
+        return self._asked.is_set()
+
+    async def wait(self) -> None:
+        await self._asked.wait()
+
+
 async def serve(
     app: Callable[..., Awaitable[None]],
     sockets: list[socket.socket],
     *,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    stop: StopRequest | None = None,
     **options: Any,
 ) -> None:
-    """Serve ``app`` on every socket until cancelled, then shut down gracefully."""
+    """Serve ``app`` on every socket until cancelled, or until ``stop`` is asked (then it returns
+    once the requests in flight have finished or had ``stop.timeout``), shutting down gracefully:
+    the sockets stop listening at once, idle kept-alive connections close, busy ones after their
+    answer."""
     config = uvicorn.Config(
         app,
         lifespan="off",
@@ -125,6 +160,10 @@ async def serve(
             await anyio.sleep(0.01)
         task_status.started()
         try:
-            await anyio.sleep_forever()
+            if stop is None:
+                await anyio.sleep_forever()
+            else:
+                await stop.wait()
+                server.drain_timeout = stop.timeout
         finally:
             server.request_exit()

@@ -224,8 +224,13 @@ class Manager:
         if self._group is not None:
             self._group.cancel_scope.cancel()
 
-    async def run_until_signal(self) -> None:
-        """:meth:`run`, stopping gracefully on SIGTERM or SIGINT."""
+    async def run_until_signal(
+        self, before_shutdown: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """:meth:`run`, stopping gracefully on SIGTERM or SIGINT. ``before_shutdown`` is awaited
+        first, while every runnable still runs: a process that drains itself (the router-proxy
+        relays its streams to their end, :mod:`controlplane.router.drain`) stops its own parts in
+        its own order there, and what it leaves running is stopped after, all at once."""
         with _unwrap_leadership_lost(), anyio.CancelScope() as scope:
             async with anyio.create_task_group() as group:
 
@@ -233,6 +238,8 @@ class Manager:
                     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                         async for signum in signals:
                             log.info("received %s", signal.Signals(signum).name)
+                            if before_shutdown is not None:
+                                await before_shutdown()
                             await self.shutdown()
                             return
 

@@ -20,11 +20,12 @@ from controlplane.controllers.rbac import (
     ROUTER_PROXY_RULES,
 )
 from controlplane.runtime.client import KubeClient
-from controlplane.runtime.errors import NotFound
+from controlplane.runtime.errors import Invalid, NotFound
 from controlplane.runtime.rbac import compact
 from controlplane.runtime.resources import (
     DEPLOYMENTS,
     EVENTS,
+    POD_DISRUPTION_BUDGETS,
     ROLE_BINDINGS,
     ROLES,
     SERVICE_ACCOUNTS,
@@ -115,10 +116,11 @@ async def children(admin: KubeClient, namespace: str, router: str) -> list[dict[
         await admin.get(ROLE_BINDINGS, f"{router}-activation", namespace),
         await admin.get(DEPLOYMENTS, f"{router}-proxy", namespace),
         await admin.get(SERVICES, router, namespace),
+        await admin.get(POD_DISRUPTION_BUDGETS, f"{router}-proxy", namespace),
     ]
 
 
-async def test_sample_router_gets_its_five_children_and_provisions(
+async def test_sample_router_gets_its_six_children_and_provisions(
     admin: KubeClient, namespace: str, operator: OperatorProcess
 ) -> None:
     created = await admin.create(ROUTERS, sample_router(replicas=3), namespace)
@@ -137,7 +139,7 @@ async def test_sample_router_gets_its_five_children_and_provisions(
     for child in found:
         assert child["metadata"]["ownerReferences"] == [owner], child["kind"]
         assert child["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "modelpool-operator"
-    account, role, binding, deployment, service = found
+    account, role, binding, deployment, service, budget = found
     assert role["rules"] == [rule.to_manifest() for rule in compact(ROUTER_PROXY_RULES)]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [
@@ -152,8 +154,18 @@ async def test_sample_router_gets_its_five_children_and_provisions(
         name,
         "--namespace",
         namespace,
+        "--termination-grace-period=600",  # the API server's default for the field
     ]
     assert service["spec"]["ports"][0]["port"] == 80
+    # A stop never takes every replica: one new Ready before one old stops, one evicted at a time.
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
+    assert pod["terminationGracePeriodSeconds"] == 600
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+    assert budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
 
     # No pod runs the proxy here: Provisioning; the pool it names does not exist.
     router = await wait_router(
@@ -181,6 +193,25 @@ async def test_sample_router_gets_its_five_children_and_provisions(
         )
 
     await eventually(scaled, timeout=TIMEOUT, what="the Deployment to follow spec.proxy.replicas")
+
+    # The grace period reaches the pod and the proxy's flag; below the minimum is refused.
+    await admin.patch(
+        ROUTERS, name, {"spec": {"proxy": {"terminationGracePeriodSeconds": 120}}}, namespace
+    )
+
+    async def grace_followed() -> bool:
+        deployment = await admin.get(DEPLOYMENTS, f"{name}-proxy", namespace)
+        pod = deployment["spec"]["template"]["spec"]
+        return bool(
+            pod["terminationGracePeriodSeconds"] == 120
+            and "--termination-grace-period=120" in pod["containers"][0]["args"]
+        )
+
+    await eventually(grace_followed, timeout=TIMEOUT, what="the grace period to reach the pod")
+    with pytest.raises(Invalid, match="terminationGracePeriodSeconds"):
+        await admin.patch(
+            ROUTERS, name, {"spec": {"proxy": {"terminationGracePeriodSeconds": 5}}}, namespace
+        )
 
 
 async def test_router_becomes_ready_when_its_backend_appears_and_the_proxy_is_available(
@@ -225,6 +256,7 @@ async def test_deleting_the_router_cascades(
             (ROLE_BINDINGS, "gone-activation"),
             (DEPLOYMENTS, "gone-proxy"),
             (SERVICES, "gone"),
+            (POD_DISRUPTION_BUDGETS, "gone-proxy"),
         ):
             try:
                 await admin.get(resource, child, namespace)

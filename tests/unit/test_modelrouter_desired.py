@@ -1,4 +1,4 @@
-"""What the ModelRouter controller wants: its five children, built from a spec."""
+"""What the ModelRouter controller wants: its six children, built from a spec."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from controlplane.controllers.modelrouter.desired import (
     ROUTER_LABEL,
     activation_rules,
     desired_deployment,
+    desired_disruption_budget,
     desired_role,
     desired_role_binding,
     desired_service,
@@ -62,6 +63,7 @@ def all_children(r: ModelRouter) -> list[dict[str, Any]]:
         desired_role_binding(r),
         desired_deployment(r, OWN_IMAGE),
         desired_service(r),
+        desired_disruption_budget(r),
     ]
 
 
@@ -73,6 +75,7 @@ def test_every_child_is_owned_labelled_and_named() -> None:
         ("RoleBinding", "chat-activation"),
         ("Deployment", "chat-proxy"),
         ("Service", "chat"),
+        ("PodDisruptionBudget", "chat-proxy"),
     ]
     for child in all_children(router()):
         meta = child["metadata"]
@@ -130,7 +133,14 @@ def test_deployment_honours_replicas_and_runs_the_proxy() -> None:
     assert pod["serviceAccountName"] == "chat-proxy"
     (container,) = pod["containers"]
     assert container["image"] == OWN_IMAGE, "no image in the spec: the operator's own"
-    assert container["args"] == ["router-proxy", "--router", "chat", "--namespace", "ml"]
+    assert container["args"] == [
+        "router-proxy",
+        "--router",
+        "chat",
+        "--namespace",
+        "ml",
+        "--termination-grace-period=600",
+    ]
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
@@ -177,7 +187,7 @@ def test_needs_apply_only_when_something_differs() -> None:
     wanted = desired_deployment(router(replicas=2), OWN_IMAGE)
     cached = copy.deepcopy(wanted)
     cached["metadata"]["resourceVersion"] = "7"
-    cached["spec"]["strategy"] = {"type": "RollingUpdate"}  # a server default
+    cached["spec"]["template"]["spec"]["dnsPolicy"] = "ClusterFirst"  # a server default
     cached["status"] = {"replicas": 2}
     assert not needs_apply(cached, wanted)
     assert needs_apply(cached, desired_deployment(router(replicas=3), OWN_IMAGE))
@@ -205,3 +215,42 @@ def test_an_api_key_secret_is_mounted_read_only_and_named_to_the_proxy() -> None
     open_pod = desired_deployment(router(), OWN_IMAGE)["spec"]["template"]["spec"]
     assert [v["name"] for v in open_pod["volumes"]] == ["tmp"]
     assert not any(a.startswith("--api-keys-dir") for a in open_pod["containers"][0]["args"])
+
+
+def test_a_stop_never_takes_every_replica_and_has_the_routers_grace_period() -> None:
+    """One new replica Ready before an old one stops (a 1-replica router included), and the
+    grace period the router asks for both on the pod and told to the proxy, so the proxy's own
+    drain ends before the kubelet's SIGKILL."""
+    for replicas in (1, 3):
+        spec = desired_deployment(router(replicas=replicas), OWN_IMAGE)["spec"]
+        assert spec["strategy"] == {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+        }
+    pod = desired_deployment(router(terminationGracePeriodSeconds=90), OWN_IMAGE)["spec"][
+        "template"
+    ]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 90
+    (container,) = pod["containers"]
+    assert "--termination-grace-period=90" in container["args"]
+    default = desired_deployment(router(), OWN_IMAGE)["spec"]["template"]["spec"]
+    assert default["terminationGracePeriodSeconds"] == 600
+    probe = container["readinessProbe"]
+    # seen unready within the proxy's 5 s endpoint-propagation delay
+    assert probe["periodSeconds"] * probe["failureThreshold"] <= 5
+
+
+def test_the_disruption_budget_evicts_one_proxy_at_a_time_and_is_owned() -> None:
+    budget = desired_disruption_budget(router(replicas=1))
+    assert budget["apiVersion"] == "policy/v1"
+    assert budget["kind"] == "PodDisruptionBudget"
+    assert budget["metadata"]["name"] == "chat-proxy"
+    assert budget["metadata"]["namespace"] == "ml"
+    assert budget["metadata"]["ownerReferences"] == [OWNER]
+    assert budget["metadata"]["labels"][ROUTER_LABEL] == "chat"
+    assert budget["spec"] == {
+        "selector": {"matchLabels": {ROUTER_LABEL: "chat"}},
+        "maxUnavailable": 1,
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
+    assert budget["metadata"]["annotations"][SPEC_HASH_ANNOTATION]

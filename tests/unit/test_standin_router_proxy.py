@@ -108,6 +108,7 @@ def test_a_proxy_pod_runs_router_proxy_with_its_container_args_as_its_service_ac
     assert argv[:3] == [sys.executable, "-m", "controlplane.cli"]
     assert argv[3:] == [
         "router-proxy", "--router", "chat", "--namespace", "ml",
+        "--termination-grace-period=600",
         "--kubeconfig", "/k", "--identity", made["metadata"]["name"],
         "--bind-address", "127.0.0.1:4321", "--preflight-cache-dir", "/c",
     ]  # fmt: skip

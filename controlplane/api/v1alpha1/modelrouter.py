@@ -28,6 +28,16 @@ DEFAULT_PROXY_IMAGE: Final = "ghcr.io/modelpool/controlplane:0.1.0"
 MIN_PROXY_REPLICAS: Final = 1
 MAX_PROXY_REPLICAS: Final = 10
 MAX_BACKENDS: Final = 64
+#: ``spec.proxy.terminationGracePeriodSeconds``: how long a stopping proxy pod may take, its
+#: streams relayed to their end within it (docs/router.md, "Stopping"). The default is sized for a
+#: long generation: 8,000 tokens at 15 tokens/s is about 9 minutes. An idle proxy exits after its
+#: endpoint-propagation delay whatever this says; only a stream still relayed makes it wait.
+DEFAULT_PROXY_TERMINATION_GRACE_SECONDS: Final = 600
+#: The proxy's endpoint-propagation delay (5 s) and its exit margin (5 s) come out of it first;
+#: below this a stream in flight would get almost nothing.
+MIN_PROXY_TERMINATION_GRACE_SECONDS: Final = 15
+#: An hour: a pod that may hold a node drain longer than that is a mistake, not a long stream.
+MAX_PROXY_TERMINATION_GRACE_SECONDS: Final = 3600
 #: A backend name may look like a model name (``llama-3.1-8b``), so dots and underscores are
 #: allowed; it is never used as an object name.
 BACKEND_NAME_PATTERN: Final = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
@@ -93,6 +103,15 @@ class ProxySpec(ApiObject):
         "Container image of the proxy; unset runs the operator's own image.", min_length=1
     )
     resources: ResourceRequirements | None = api_field("Compute resources of each replica.")
+    termination_grace_period_seconds: int | None = api_field(
+        "Seconds a stopping proxy pod (a rollout, an eviction, a node drain) has to finish: it "
+        "stops being Ready at once, answers the requests it holds 503 with Retry-After, and "
+        "relays its streams to their end within this; an idle proxy exits within seconds.",
+        default=DEFAULT_PROXY_TERMINATION_GRACE_SECONDS,
+        format="int64",
+        minimum=MIN_PROXY_TERMINATION_GRACE_SECONDS,
+        maximum=MAX_PROXY_TERMINATION_GRACE_SECONDS,
+    )
 
 
 @dataclass(kw_only=True)

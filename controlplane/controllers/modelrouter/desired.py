@@ -1,4 +1,4 @@
-"""What a ModelRouter wants: its five children, as server-side apply bodies.
+"""What a ModelRouter wants: its six children, as server-side apply bodies.
 
 Kept apart from the status rules and the reconciler because these are pure functions of the
 router object, and the unit tests (``tests/unit/test_modelrouter_desired.py``) check them as such.
@@ -18,15 +18,23 @@ modelpool-operator`` among them, which the informers of the RBAC kinds filter on
   NS``; traffic, ``/healthz``, ``/readyz`` and ``/metrics`` on ``http`` (:data:`PROXY_PORT`,
   the proxy's default bind address), hardened like the operator; with ``spec.auth.apiKeySecret``,
   that Secret as a read-only volume at :data:`API_KEYS_DIR` and ``--api-keys-dir`` pointing there;
-* Service ``R``: ClusterIP, port 80 to ``http``. ``status.endpoint`` is ``http://R.NS.svc``.
+* Service ``R``: ClusterIP, port 80 to ``http``. ``status.endpoint`` is ``http://R.NS.svc``;
+* PodDisruptionBudget ``R-proxy``: one replica evicted at a time.
+
+A proxy stops without cutting what it relays (:mod:`controlplane.router.drain`): the Deployment
+rolls one new replica in before one old one stops (:data:`ROLLOUT_STRATEGY`), the pod's grace
+period is ``spec.proxy.terminationGracePeriodSeconds`` and the proxy is told it
+(``--termination-grace-period``), so it knows how long its streams may still take.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Final
 
 from controlplane.api.v1alpha1.meta import API_VERSION
 from controlplane.api.v1alpha1.modelrouter import (
+    DEFAULT_PROXY_TERMINATION_GRACE_SECONDS,
     MIN_PROXY_REPLICAS,
     ModelRouter,
 )
@@ -71,7 +79,24 @@ DEFAULT_RESOURCES: Final = {
     "requests": {"cpu": "100m", "memory": "128Mi"},
     "limits": {"memory": "512Mi"},
 }
-TERMINATION_GRACE_SECONDS: Final = 30
+#: The rollout: a new replica is Ready before an old one is told to stop, one at a time, so a
+#: rollout never takes every replica at once (a 1-replica router included).
+ROLLOUT_STRATEGY: Final = {
+    "type": "RollingUpdate",
+    "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+}
+#: The PodDisruptionBudget's bound: an eviction (a node drain) takes one replica at a time. With
+#: one replica that one may still be evicted: a ``minAvailable: 1`` would hold every drain of its
+#: node forever; the pod drains itself instead (its streams relayed whole, its held requests
+#: answered 503 with a Retry-After) and a router that must never be without a replica runs two.
+DISRUPTION_MAX_UNAVAILABLE: Final = 1
+#: A replica that is not Ready serves nothing: its eviction never waits for the budget.
+UNHEALTHY_POD_EVICTION_POLICY: Final = "AlwaysAllow"
+#: The readiness probe: every 2 s, 2 failures, so a stopping replica (its ``/readyz`` 503 from
+#: SIGTERM) turns the EndpointSlice's ``serving`` false within its 5 s endpoint-propagation delay,
+#: while one slow answer does not take a busy replica out.
+READINESS_PERIOD_SECONDS: Final = 2
+READINESS_FAILURE_THRESHOLD: Final = 2
 REVISION_HISTORY_LIMIT: Final = 2
 PROGRESS_DEADLINE_SECONDS: Final = 600
 
@@ -178,8 +203,17 @@ def api_key_secret(router: ModelRouter) -> str | None:
     return secret.name if secret is not None and secret.name else None
 
 
+def termination_grace_seconds(router: ModelRouter) -> int:
+    """``spec.proxy.terminationGracePeriodSeconds``, its default when unset (an object stored
+    before the field existed): the pod's grace period and the proxy's own budget."""
+    proxy = router.spec.proxy
+    grace = proxy.termination_grace_period_seconds if proxy is not None else None
+    return grace if grace is not None else DEFAULT_PROXY_TERMINATION_GRACE_SECONDS
+
+
 def proxy_args(router: ModelRouter) -> list[str]:
     args = [PROXY_NAME, "--router", router.name or "", "--namespace", router.namespace or ""]
+    args.append(f"--termination-grace-period={termination_grace_seconds(router)}")
     if api_key_secret(router) is not None:
         args.append(f"--api-keys-dir={API_KEYS_DIR}")
     return args
@@ -215,12 +249,13 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def _probe(path: str, initial_delay: int, period: int) -> dict[str, Any]:
+def _probe(path: str, initial_delay: int, period: int, failures: int = 3) -> dict[str, Any]:
     return {
         "httpGet": {"path": path, "port": PROBE_PORT_NAME},
         "initialDelaySeconds": initial_delay,
         "periodSeconds": period,
         "timeoutSeconds": 5,
+        "failureThreshold": failures,
     }
 
 
@@ -243,7 +278,9 @@ def desired_deployment(router: ModelRouter, default_image: str) -> dict[str, Any
             {"name": PROXY_PORT_NAME, "containerPort": PROXY_PORT, "protocol": "TCP"},
         ],
         "livenessProbe": _probe("/healthz", 10, 20),
-        "readinessProbe": _probe("/readyz", 5, 10),
+        "readinessProbe": _probe(
+            "/readyz", 5, READINESS_PERIOD_SECONDS, READINESS_FAILURE_THRESHOLD
+        ),
         "resources": _resources(router),
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -261,6 +298,7 @@ def desired_deployment(router: ModelRouter, default_image: str) -> dict[str, Any
             "spec": {
                 "replicas": desired_replicas(router),
                 "selector": {"matchLabels": selector_labels(name)},
+                "strategy": copy.deepcopy(ROLLOUT_STRATEGY),
                 "progressDeadlineSeconds": PROGRESS_DEADLINE_SECONDS,
                 "revisionHistoryLimit": REVISION_HISTORY_LIMIT,
                 "template": {
@@ -268,7 +306,7 @@ def desired_deployment(router: ModelRouter, default_image: str) -> dict[str, Any
                     "spec": {
                         "serviceAccountName": proxy_name(name),
                         "automountServiceAccountToken": True,
-                        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+                        "terminationGracePeriodSeconds": termination_grace_seconds(router),
                         "securityContext": {
                             "runAsNonRoot": True,
                             "runAsUser": RUN_AS_USER,
@@ -279,6 +317,24 @@ def desired_deployment(router: ModelRouter, default_image: str) -> dict[str, Any
                         "volumes": volumes,
                     },
                 },
+            },
+        }
+    )
+
+
+def desired_disruption_budget(router: ModelRouter) -> dict[str, Any]:
+    """The proxies' PodDisruptionBudget (``R-proxy``), as a server-side apply body: evictions
+    take one replica at a time (:data:`DISRUPTION_MAX_UNAVAILABLE` says why not fewer)."""
+    name = router.name or ""
+    return with_spec_hash(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": _metadata(router, proxy_name(name)),
+            "spec": {
+                "selector": {"matchLabels": selector_labels(name)},
+                "maxUnavailable": DISRUPTION_MAX_UNAVAILABLE,
+                "unhealthyPodEvictionPolicy": UNHEALTHY_POD_EVICTION_POLICY,
             },
         }
     )

@@ -37,8 +37,10 @@ from controlplane.controllers.children import (
     needs_apply,
 )
 from controlplane.controllers.modelrouter.desired import (
+    ROUTER_LABEL,
     activation_name,
     desired_deployment,
+    desired_disruption_budget,
     desired_role,
     desired_role_binding,
     desired_service,
@@ -61,6 +63,7 @@ from controlplane.runtime.informer import Informer
 from controlplane.runtime.manager import Manager
 from controlplane.runtime.resources import (
     DEPLOYMENTS,
+    POD_DISRUPTION_BUDGETS,
     ROLE_BINDINGS,
     ROLES,
     SERVICE_ACCOUNTS,
@@ -101,6 +104,7 @@ class ModelRouterReconciler:
         inference_services: Informer,
         pools: Informer,
         proxy_image: Callable[[], Awaitable[str]],
+        disruption_budgets: Informer | None = None,
     ) -> None:
         self.client = client
         #: The image of a proxy whose router names none (the operator's own, resolved once).
@@ -112,6 +116,8 @@ class ModelRouterReconciler:
         self.service_accounts = service_accounts
         self.roles = roles
         self.role_bindings = role_bindings
+        #: The proxies' PodDisruptionBudgets (labelled with their router); None: not written.
+        self.disruption_budgets = disruption_budgets
         self.inference_services = inference_services
         self.pools = pools
 
@@ -190,8 +196,9 @@ class ModelRouterReconciler:
         deployment: Mapping[str, Any] | None,
         service: Mapping[str, Any] | None,
     ) -> Mapping[str, Any] | None:
-        """ServiceAccount, activation Role and RoleBinding, then Deployment and Service; returns
-        the Deployment. A 403 on the RBAC pair raises :class:`_RbacRefused`."""
+        """ServiceAccount, activation Role and RoleBinding, then Deployment, Service and
+        PodDisruptionBudget; returns the Deployment. A 403 on the RBAC pair raises
+        :class:`_RbacRefused`."""
         ns = router.namespace or ""
         name = router.name or ""
         await self._apply(
@@ -217,6 +224,12 @@ class ModelRouterReconciler:
         wanted = desired_deployment(router, await self.proxy_image())
         deployment = await self._apply(DEPLOYMENTS, deployment, wanted)
         await self._apply(SERVICES, service, desired_service(router))
+        if self.disruption_budgets is not None:
+            await self._apply(
+                POD_DISRUPTION_BUDGETS,
+                self.disruption_budgets.store.get(f"{ns}/{proxy_name(name)}"),
+                desired_disruption_budget(router),
+            )
         return deployment
 
 
@@ -256,6 +269,7 @@ def setup_model_router_controller(
     service_accounts = manager.informer(SERVICE_ACCOUNTS, label_selector=MANAGED_SELECTOR)
     roles = manager.informer(ROLES, label_selector=MANAGED_SELECTOR)
     role_bindings = manager.informer(ROLE_BINDINGS, label_selector=MANAGED_SELECTOR)
+    disruption_budgets = manager.informer(POD_DISRUPTION_BUDGETS, label_selector=ROUTER_LABEL)
     inference_services = manager.informer(InferenceService.resource())
     pools = manager.informer(ModelPool.resource())
     recorder = manager.event_recorder(EVENT_REPORTER, identity)
@@ -271,6 +285,7 @@ def setup_model_router_controller(
         inference_services=inference_services,
         pools=pools,
         proxy_image=proxy_image,
+        disruption_budgets=disruption_budgets,
     )
     (
         manager.new_controller(
@@ -282,6 +297,7 @@ def setup_model_router_controller(
         .owns(service_accounts)
         .owns(roles)
         .owns(role_bindings)
+        .owns(disruption_budgets)
         .watches(inference_services, map_backend(routers, "inferenceServiceRef"))
         .watches(pools, map_backend(routers, "poolRef"))
     )
