@@ -217,6 +217,15 @@ class Activator:
         (:meth:`~controlplane.router.admission.Admission.ready_url`)."""
         return self.admission.ready_url(pool_name, member)
 
+    def closed_to(self, route: Route) -> bool:
+        """The pool's status closes admission to ``route``'s member for a drain
+        (:meth:`~controlplane.router.admission.Admission.fenced_off`). Asked once more after a
+        request was counted in flight and before it is sent: a closure our cache applied in
+        between is then either seen here (the request goes back to be held, and counts there)
+        or acknowledged in our report with the request counted (the pool's fenced drain waits
+        for it)."""
+        return route.pool is not None and self.admission.fenced_off(route.pool, route.member)
+
     def expected_in(self, pool: str, member: str) -> int | None:
         """Seconds until ``member`` is likely up, as a ``Retry-After`` would say (the queue ahead
         and the swap times measured), for a held stream's keep-alive; None when no swap to it is
@@ -292,7 +301,7 @@ class Activator:
             with anyio.move_on_after(budget):
                 while True:
                     event = self.notifier.snapshot()
-                    url = self.ready_url(pool, member) or self._direct_url(swap)
+                    url = self.ready_url(pool, member) or self._direct_url(pool, swap)
                     if url is not None:
                         return url
                     if swap.error is not None:
@@ -367,11 +376,11 @@ class Activator:
 
     # -- what a held request reads of its swap ------------------------------------------------
 
-    def _direct_url(self, swap: Swap) -> str | None:
-        """The address our own probe found the target up at, while we hold the Lease for it and
-        the endpoint is still listed (not terminating)."""
+    def _direct_url(self, pool: str, swap: Swap) -> str | None:
+        """The address our own probe found the target up at, while we hold the Lease for it, the
+        endpoint is still listed (not terminating) and the pool is not draining it."""
         url = swap.direct_url
-        if url is None or not swap.holding:
+        if url is None or not swap.holding or self.admission.fenced_off(pool, swap.member):
             return None
         listed = url in self.view.member_starting_urls(swap.member)
         return url if listed or url in self.view.member_urls(swap.member) else None

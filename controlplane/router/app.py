@@ -579,6 +579,9 @@ class ProxyApp:
         while True:
             url = self.activator.ready_upstream(route) or await hold(route)
             release = self.activator.inflight.track(route.member)
+            if self.activator.closed_to(route):  # counted first, then checked: the fence
+                release()
+                continue  # held again (the hold answers no address the pool drains)
             try:
                 return await self._forward(path, headers, route, url, raw), url, release
             except UpstreamError as err:

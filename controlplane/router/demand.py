@@ -304,27 +304,37 @@ class DemandReporter:
     async def start(self) -> None:
         """Report until cancelled; on the way out, empty every report we wrote (best effort)."""
         try:
+            next_tick = self.clock()
             while True:
                 change = self.wake.snapshot() if self.wake is not None else None
-                await self.report_once()
+                tick = self.clock() >= next_tick
+                if tick:
+                    next_tick = self.clock() + self.interval
+                await self.report_once(demand=tick)
+                wait = max(0.0, next_tick - self.clock())
                 if change is None:
-                    await anyio.sleep(self.interval)
+                    await anyio.sleep(wait)
                 else:
-                    await Notifier.wait(change, self.interval)
+                    await Notifier.wait(change, wait)
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
                 for pool, written in list(self._written.items()):
                     if written.summary or written.ack is not None:
                         await self._write(pool, {}, None)
 
-    async def report_once(self) -> None:
+    async def report_once(self, demand: bool = True) -> None:
+        """Write each report that changed. The demand is looked at only on the interval's tick
+        (``demand``): a request passes for a moment between held and in flight, and a report
+        written on that wake-up would tell every replica its member had no demand. Our
+        acknowledgement is looked at on every wake-up and written at once: a drain waits on
+        it."""
         now = self.clock()
         routed = set(self.routed()) | self.local.pools()
         for pool in sorted(routed | set(self._written)):
             ack = self.acknowledgement(pool) if pool in routed else None
             last = self._written.get(pool)
-            if last is not None and last.ack == ack and now - last.at < self.interval:
-                continue  # only demand could have changed, and it waits for the interval
+            if not demand and last is not None and last.ack == ack:
+                continue
             if now - self._failed_at.get(pool, -self.interval) < self.interval:
                 continue  # the last write failed: no retry per wake-up
             report = own_report(pool, self.local, self.inflight, self.activity_window, now)

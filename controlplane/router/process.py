@@ -26,11 +26,12 @@ from controlplane.router.activator import Activator
 from controlplane.router.apikeyfiles import ApiKeyFiles
 from controlplane.router.apikeys import ApiKeys
 from controlplane.router.app import ProxyContext, build_app
-from controlplane.router.demand import DemandReporter, LocalDemand, PoolLeases
+from controlplane.router.demand import DemandReporter, LocalDemand, PoolLeases, admission_ack
 from controlplane.router.directready import DirectReady
 from controlplane.router.drain import ProxyDrain
 from controlplane.router.errors import request_refusal
 from controlplane.router.lease import LeaseCoordinator
+from controlplane.router.routing import routed_pools
 from controlplane.router.settings import UPSTREAM_CLIENTS, RouterProxySettings
 from controlplane.router.upstream import AiohttpUpstream, Upstream, UpstreamTimeouts
 from controlplane.router.wakeups import Notifier
@@ -307,18 +308,23 @@ def build_router_proxy(
     # swap and wakes the held requests (Activator._backstop says why not all of them).
     leases.add_handler(_Wake(activator.progress))
     manager.add(activator)
-    manager.add(
-        DemandReporter(
-            manager.client,
-            ns,
-            identity,
-            local,
-            activator.inflight,
-            interval=settings.demand_report_interval_seconds,
-            duration=settings.demand_report_duration_seconds,
-            activity_window=settings.activity_window_seconds,
-        )
+    reporter = DemandReporter(
+        manager.client,
+        ns,
+        identity,
+        local,
+        activator.inflight,
+        interval=settings.demand_report_interval_seconds,
+        duration=settings.demand_report_duration_seconds,
+        activity_window=settings.activity_window_seconds,
+        routed=lambda: routed_pools(view.router()),
+        acknowledgement=lambda pool: admission_ack(view.pool(pool), activator.inflight),
+        wake=activator.progress,
+        on_live=notifier.notify,
     )
+    # The fenced drain (docs/design.md): we admit to a pool only while the pool can see us.
+    activator.admission.reported = reporter.live
+    manager.add(reporter)
 
     gate_on_preflight(
         manager,

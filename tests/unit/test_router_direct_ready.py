@@ -176,7 +176,7 @@ async def test_a_lost_lease_takes_the_early_address_back() -> None:
         api.hang = True  # renewals hang: the holder counts the Lease lost within its duration
         await until(lambda: not swap.holding, timeout=2)
         assert swap.direct_url is None
-        assert activator._direct_url(swap) is None
+        assert activator._direct_url(swap.pool, swap) is None
         api.hang = False
         group.cancel_scope.cancel()
 
