@@ -45,7 +45,6 @@ from controlplane.api.v1alpha1.modelpool import status_admission
 from controlplane.clock import TimeSource
 from controlplane.router.inflight import InFlightRequests
 from controlplane.router.lease import ObjectApi
-from controlplane.router.wakeups import Notifier
 from controlplane.runtime.errors import AlreadyExists, Conflict, KubeError, NotFound
 from controlplane.runtime.informer import DeletedFinalStateUnknown
 from controlplane.runtime.leaserecord import ExpiryObserver, lease_key
@@ -266,7 +265,7 @@ class DemandReporter:
         clock: TimeSource = time.monotonic,
         routed: Callable[[], Iterable[str]] = lambda: (),
         acknowledgement: Callable[[str], AdmissionAck | None] = lambda pool: None,
-        wake: Notifier | None = None,
+        wake: Callable[[], anyio.Event] | None = None,
         on_live: Callable[[], None] = lambda: None,
     ) -> None:
         if interval <= 0 or duration < 1:
@@ -279,7 +278,8 @@ class DemandReporter:
         self.routed = routed
         #: Our acknowledgement of a pool's closed admission (:func:`admission_ack`).
         self.acknowledgement = acknowledgement
-        #: Woken by every change that may alter a report (cache events, in-flight ends).
+        #: The event the next change that may alter a report sets (cache events, in-flight
+        #: ends): a notifier's ``snapshot``.
         self.wake = wake
         #: Called when a pool's report becomes live (held requests waiting for it look again).
         self.on_live = on_live
@@ -306,16 +306,14 @@ class DemandReporter:
         try:
             next_tick = self.clock()
             while True:
-                change = self.wake.snapshot() if self.wake is not None else None
+                change = self.wake() if self.wake is not None else None
                 tick = self.clock() >= next_tick
                 if tick:
                     next_tick = self.clock() + self.interval
                 await self.report_once(demand=tick)
                 wait = max(0.0, next_tick - self.clock())
-                if change is None:
-                    await anyio.sleep(wait)
-                else:
-                    await Notifier.wait(change, wait)
+                with anyio.move_on_after(wait):
+                    await (change.wait() if change is not None else anyio.sleep(wait))
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
                 for pool, written in list(self._written.items()):

@@ -319,7 +319,7 @@ def build_router_proxy(
         activity_window=settings.activity_window_seconds,
         routed=lambda: routed_pools(view.router()),
         acknowledgement=lambda pool: admission_ack(view.pool(pool), activator.inflight),
-        wake=activator.progress,
+        wake=activator.progress.snapshot,
         on_live=notifier.notify,
     )
     # The fenced drain (docs/design.md): we admit to a pool only while the pool can see us.

@@ -324,7 +324,7 @@ def _fencing_reporter(
         interval=interval,
         routed=lambda: {"gpu-0"},
         acknowledgement=lambda pool: admission_ack(view.pool(pool), activator.inflight),
-        wake=activator.progress,
+        wake=activator.progress.snapshot,
         on_live=activator.notifier.notify,
     )
     activator.admission.reported = reporter.live
