@@ -190,6 +190,8 @@ class _Proc:
     member: str  # namespace/member
     pod: str  # namespace/pod
     start_ticks: str
+    #: A slot server's child (its model), not a member pod's own server.
+    in_slot_server: bool = False
 
 
 @dataclass
@@ -246,8 +248,11 @@ def _served_model(pid: int, environ: Mapping[str, str]) -> str | None:
     return environ.get(ALIAS_ENV)
 
 
-def _read_identity(pid: int, namespace: str, models: Mapping[str, str]) -> tuple[str, str] | None:
-    """``(member, pod)`` from the process's environment, or None (not ours, or not readable).
+def _read_identity(
+    pid: int, namespace: str, models: Mapping[str, str]
+) -> tuple[str, str, bool] | None:
+    """``(member, pod, in a slot server)`` from the process's environment, or None (not ours, or
+    not readable).
     A slot server's child of ``namespace`` is the member whose model it serves (``models``: model
     name -> ``namespace/member``); the router itself is no member."""
     try:
@@ -263,14 +268,14 @@ def _read_identity(pid: int, namespace: str, models: Mapping[str, str]) -> tuple
         if key.decode(errors="replace") in _IDENTITY_ENV:
             found[key.decode()] = value.decode(errors="replace")
     if MEMBER_ENV in found:
-        return found[MEMBER_ENV], found.get(POD_ENV, "")
+        return found[MEMBER_ENV], found.get(POD_ENV, ""), False
     server = found.get(SLOT_SERVER_ENV)
     if server is None or server.partition("/")[0] != namespace:
         return None  # not a slot server, or another namespace's (``models`` is this one's)
     model = _served_model(pid, found)
     if model is None or model not in models:
         return None
-    return models[model], found.get(POD_ENV, "")
+    return models[model], found.get(POD_ENV, ""), True
 
 
 class _Handler:
@@ -683,7 +688,7 @@ class PoolInvariantMonitor:
                     else:
                         known[pid] = _Unknown(now)
                     continue
-                entry = _Proc(pid, identity[0], identity[1], ticks)
+                entry = _Proc(pid, identity[0], identity[1], ticks, identity[2])
                 known[pid] = entry
             if state not in ("Z", "X"):  # a zombie's memory is already freed
                 live[pid] = entry
@@ -706,14 +711,24 @@ class PoolInvariantMonitor:
         overlapping: set[tuple[str, frozenset[str]]] = set()
         for pool, members in self._members.items():
             running = frozenset(m for m in members if m in by_member)
-            if not self.over(pool, running):
+            # A member's own pod beside a slot server's child (its model, or another's) is two
+            # residents too: the slot server turned on or off while the other way still runs.
+            ways = frozenset(
+                f"{m} in the slot server" if p.in_slot_server else m
+                for m in running
+                for p in by_member[m]
+            )
+            two_ways = self._budgets.get(pool) is None and len(ways) > 1
+            if not (self.over(pool, running) or two_ways):
                 continue
-            key = (pool, running)
+            key = (pool, ways)
             overlapping.add(key)
             if key in self._process_overlaps:
                 continue  # the same episode, already recorded
             procs = "; ".join(
-                f"{m}: pid {p.pid} pod {p.pod}" for m in sorted(running) for p in by_member[m]
+                f"{m}: pid {p.pid} pod {p.pod}{' (slot server)' if p.in_slot_server else ''}"
+                for m in sorted(running)
+                for p in by_member[m]
             )
             self._violate("overlap", "process", pool, tuple(sorted(running)), procs)
         self._process_overlaps = overlapping

@@ -197,12 +197,12 @@ def test_a_process_first_seen_before_its_exec_is_identified_by_a_slowed_sampler(
         reads = 0
         real_read = invariants._read_identity
 
-        def read_identity(pid: int, namespace: str, models: Any) -> tuple[str, str] | None:
+        def read_identity(pid: int, namespace: str, models: Any) -> tuple[str, str, bool] | None:
             nonlocal reads
             if pid != child.pid:
                 return real_read(pid, namespace, models)
             reads += 1
-            return ("ns/d", "ns/d-0") if reads >= 3 else None
+            return ("ns/d", "ns/d-0", False) if reads >= 3 else None
 
         clock = [1000.0]
         monkeypatch.setattr(invariants, "_read_identity", read_identity)

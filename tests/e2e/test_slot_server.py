@@ -59,6 +59,14 @@ def member_body(name: str) -> dict[str, Any]:
     }
 
 
+async def create_member(admin: KubeClient, namespace: str, tmp_path: Path, name: str) -> None:
+    """Member ``name`` whose weights are a file on the node (what a slot server mounts)."""
+    weights = node_folder(tmp_path, f"{MODELS}/{name}.gguf")
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    weights.write_bytes(b"weights the simulator's router plays")
+    await admin.create(ISVC, member_body(name), namespace)
+
+
 async def setup_slot_pool(
     admin: KubeClient,
     namespace: str,
@@ -69,10 +77,7 @@ async def setup_slot_pool(
     """Members a and b (weights on the node), pool ``gpu-0`` with a slot server (a warmed as the
     default), router ``router``; returns once a is loaded and the pool Ready."""
     for name in members:
-        weights = node_folder(tmp_path, f"{MODELS}/{name}.gguf")
-        weights.parent.mkdir(parents=True, exist_ok=True)
-        weights.write_bytes(b"weights the simulator's router plays")
-        await admin.create(ISVC, member_body(name), namespace)
+        await create_member(admin, namespace, tmp_path, name)
     body = pool_body(
         POOL_NAME, list(members), "a", "120s", scheduling=scheduling or {"minResidency": "0s"}
     )

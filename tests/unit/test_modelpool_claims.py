@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from controlplane.controllers.modelpool.claims import claimed_elsewhere
+from controlplane.controllers.modelpool.claims import claimed_elsewhere, standing_pools
+from controlplane.controllers.modelpool.grant import member_slots, slot_server_pool
 from controlplane.controllers.modelpool.member import MemberState
 from controlplane.controllers.modelpool.plan import Plan, members_valid, plan_actions
 
@@ -72,3 +73,23 @@ def test_a_refused_pool_changes_no_slot_and_names_the_pool_that_holds_the_member
     status, reason, message = members_valid(plan)
     assert (status, reason) == ("False", "MemberInAnotherPool")
     assert "a (held by pool first)" in message
+
+
+def test_the_members_controller_reads_only_the_pool_whose_claim_stands() -> None:
+    """A refused pool (here one with a slot server and a grant it should never have written)
+    decides nothing about the member: neither its replicas nor whether a slot server serves it
+    (issue 46: a refused ``slotServer`` pool stopped the other pool's resident)."""
+    first = pool("first", ("a", "b"), decided=("a",))
+    refused = pool("a-slot", ("a", "c"), created="2026-01-01T00:00:05Z")
+    refused["spec"]["slotServer"] = {}
+    unrelated = pool("other", ("d",))
+    pools = [first, refused, unrelated]
+    assert standing_pools(pools, "a") == [first, unrelated]
+    assert slot_server_pool(standing_pools(pools, "a"), "a") is None
+    assert member_slots(standing_pools(pools, "a"), "a") == {"first": "Granted"}
+    # c is the refused pool's own: its claim there stands.
+    assert standing_pools(pools, "c") == pools
+    assert slot_server_pool(standing_pools(pools, "c"), "c") is refused
+    # Once the first pool is being deleted, the claim passes and the slot server pool counts.
+    first["metadata"]["deletionTimestamp"] = "2026-01-02T00:00:00Z"
+    assert slot_server_pool(standing_pools(pools, "a"), "a") is refused

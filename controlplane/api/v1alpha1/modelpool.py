@@ -92,6 +92,15 @@ IDLE_ACTION_DEFAULT: Final = "Default"
 IDLE_ACTION_RELEASE: Final = "Release"
 IDLE_ACTIONS: Final = (IDLE_ACTION_DEFAULT, IDLE_ACTION_RELEASE)
 
+#: ``status.runtime``: how the pool runs its members now, the pool's decision (docs/modelpool.md,
+#: "Turning the slot server on or off"). ``Pods``: each member in a pod of its own;
+#: ``SlotServer``: their models in the pool's slot server. It follows ``spec.slotServer`` only
+#: once nothing runs the old way, so both controllers and the router-proxies read it, never the
+#: spec, to know where a member runs.
+RUNTIME_PODS: Final = "Pods"
+RUNTIME_SLOT_SERVER: Final = "SlotServer"
+RUNTIMES: Final = (RUNTIME_PODS, RUNTIME_SLOT_SERVER)
+
 
 @dataclass(kw_only=True)
 class PoolMember(ApiObject):
@@ -481,6 +490,13 @@ class ModelPoolStatus(ApiObject):
         format="int64",
         minimum=0,
     )
+    runtime: str | None = api_field(
+        "How the members run now, the pool's decision: Pods (each in a pod of its own) or "
+        "SlotServer (their models in the pool's slot server). It follows spec.slotServer once "
+        "the old way runs nothing: the resident drained through its idle gate, the member pods "
+        "or the slot server gone.",
+        enum=RUNTIMES,
+    )
     observed_generation: int | None = api_field(
         "The .metadata.generation this status describes.", format="int64", minimum=0
     )
@@ -577,9 +593,16 @@ def _entry(pool: ObjectView, member: str) -> ObjectView:
 
 
 def serves_from_slot_server(pool: ObjectView | None) -> bool:
-    """The pool serves its members from one slot server (``spec.slotServer``), read from the
-    object as the watch delivers it: no member pod runs, its model loads in that server."""
-    return ((pool or {}).get("spec") or {}).get("slotServer") is not None
+    """The pool serves its members from one slot server, read from the object as the watch
+    delivers it: no member pod runs, its model loads in that server. The pool's decision
+    (``status.runtime``), not the spec: turning ``spec.slotServer`` on or off takes effect only
+    once the old way runs nothing (the resident drained through its idle gate). A status written
+    before that field follows the spec, as it did then."""
+    pool = pool or {}
+    runtime = (pool.get("status") or {}).get("runtime")
+    if runtime in RUNTIMES:
+        return bool(runtime == RUNTIME_SLOT_SERVER)
+    return (pool.get("spec") or {}).get("slotServer") is not None
 
 
 def member_slot(pool: ObjectView, member: str) -> str | None:

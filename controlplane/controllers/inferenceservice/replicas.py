@@ -35,6 +35,7 @@ from controlplane.api.v1alpha1 import InferenceService, ModelPool, PoolDecisionS
 from controlplane.clock import TimeSource
 from controlplane.controllers.inferenceservice.status import Hold, chosen_by
 from controlplane.controllers.inferenceservice.weightsstatus import WeightsVerdict
+from controlplane.controllers.modelpool.claims import standing_pools
 from controlplane.controllers.modelpool.grant import (
     decision_seen,
     deployment_replicas,
@@ -115,7 +116,8 @@ class ReplicaDecider:
         namespace = meta.get("namespace") or ""
         if pools is None:
             pools = self.pools.store.by_index(NAMESPACE_INDEX, namespace)
-        pools = list(pools)
+        # A pool refused the member (another pool's claim stands) decides nothing about it.
+        pools = standing_pools(pools, meta["name"])
         slots = member_slots(pools, meta["name"])
         listing = tuple(slots)
         wanted = InferenceService.from_dict(obj).spec.desired_replicas()

@@ -23,16 +23,40 @@ same way by every pool that lists the member, so they agree without writing anyt
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from controlplane.api.v1alpha1.modelpool import member_slot
-from controlplane.controllers.modelpool.grant import listing_pools
+from controlplane.controllers.modelpool.grant import listed_members, listing_pools
+
+_Pool = TypeVar("_Pool", bound=Mapping[str, Any])
 
 
 def _claim_order(pool: Mapping[str, Any], member: str) -> tuple[int, str, str]:
     meta = pool.get("metadata") or {}
     decided = member_slot(pool, member) is not None
     return (0 if decided else 1, str(meta.get("creationTimestamp") or ""), str(meta.get("name")))
+
+
+def claim_holder(pools: Iterable[Mapping[str, Any]], member: str) -> Mapping[str, Any] | None:
+    """The pool (of ``pools``, one namespace's) whose claim on ``member`` stands; None when no
+    pool lists it."""
+    listing = listing_pools(pools, member)
+    return min(listing, key=lambda p: _claim_order(p, member)) if listing else None
+
+
+def standing_pools(pools: Iterable[_Pool], member: str) -> list[_Pool]:
+    """``pools`` without those that list ``member`` and are refused it: what the
+    InferenceService controller reads, so that a refused pool changes nothing about a member it
+    lists (neither its slot nor whether a slot server serves it)."""
+    listed = list(pools)
+    holder = claim_holder(listed, member)
+    return [
+        pool
+        for pool in listed
+        if pool is holder
+        or pool["metadata"].get("deletionTimestamp")
+        or member not in listed_members(pool)
+    ]
 
 
 def claimed_elsewhere(

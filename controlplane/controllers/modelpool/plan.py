@@ -234,6 +234,8 @@ class PoolView:
     idle: IdleVerdict = field(default_factory=IdleVerdict)
     #: The admission closed for the drain, as it is to be published (:mod:`~.fence`).
     fence: Fence = field(default_factory=Fence)
+    #: How the members run (``status.runtime``, :mod:`~.slotswitch`); None: as last written.
+    runtime: str | None = None
 
 
 def _members_phase(
@@ -350,6 +352,8 @@ def pool_status(pool: ModelPool, view: PoolView) -> ModelPoolStatus:
     if not plan.invalid:  # a Degraded pool keeps its closure as it was: nothing moves
         status.admission_closed = list(view.fence.closed)
         status.admission_generation = view.fence.generation or status.admission_generation
+    if not plan.invalid and view.runtime is not None:
+        status.runtime = view.runtime  # a Degraded pool keeps it as it was: nothing moves
     status.observed_generation = generation
 
     invalid = members_valid(plan) if plan.invalid else None

@@ -103,6 +103,7 @@ from controlplane.controllers.modelpool.slotruntime import (
     SlotObservation,
     SlotRuntime,
 )
+from controlplane.controllers.modelpool.slotswitch import RuntimeSwitch, runtime_switch
 from controlplane.controllers.modelpool.swaprecord import SwapRecord
 from controlplane.controllers.modelpool.waiting import SeenReport, waiting_demand
 from controlplane.controllers.modelpool.watches import PoolWatches, map_lease
@@ -252,12 +253,16 @@ class ModelPoolReconciler:
         )
         owner = reclaimed_owner(owner, idle.act, idle_rules, pool.status.phase)
         evict = (owner.intent.evict if owner.intent is not None else ()) + idle.act
-        seen = await self._observe_slot_server(pool, members)
+        switch = runtime_switch(obj)
+        valid = all(m.found and m.claimed_by is None for m in members.values())
+        seen = await self._observe_slot_server(pool, members, switch) if valid else None
         planned_owner = owner.name
         if seen is not None:
             members = seen.members
             if seen.outdated:
                 planned_owner = None  # the server restarts once nothing is loaded: drain first
+        if switch.switching:
+            planned_owner = None  # the slot server turned on or off: what runs is drained first
         keep = kept_residents(members, pool.status.resident_names, planned_owner, evict, budget)
         plan = plan_actions(members, planned_owner, keep, budget)
 
@@ -298,11 +303,16 @@ class ModelPoolReconciler:
         if grant is not None:
             self.record.owner_may_go_up(key, namespace, request.name, grant)
         slots = decided_slots(members, release, grant)
+        runtime, switching = switch.current, None
+        if self.slot_runtime is not None and valid:
+            runtime, switching = await self.slot_runtime.switch_runtime(
+                pool, switch, plan.holding, names, seen
+            )
 
         now = datetime.now(UTC)
         waiting = self.waiting(demand, names, pool.status.resident_member)
         view = PoolView(
-            members, owner, plan, deferral, now, waiting, slots, budget, keep, idle, fence
+            members, owner, plan, deferral, now, waiting, slots, budget, keep, idle, fence, runtime
         )
         status = pool_status(pool, view)
         if status.phase == PHASE_READY:
@@ -347,6 +357,8 @@ class ModelPoolReconciler:
             again = await self.slot_runtime.carry_out(key, slots, seen)
             if again is not None:
                 result = Result(requeue_after=min(result.requeue_after or again, again))
+        if switching is not None:
+            result = Result(requeue_after=min(result.requeue_after or switching, switching))
         if withheld:
             again = min(result.requeue_after or DEFER_REQUEUE_SECONDS, DEFER_REQUEUE_SECONDS)
             return Result(requeue_after=again)
@@ -370,18 +382,22 @@ class ModelPoolReconciler:
         return waiting_demand(reports, members, resident)
 
     async def _observe_slot_server(
-        self, pool: ModelPool, members: Mapping[str, MemberState]
+        self, pool: ModelPool, members: Mapping[str, MemberState], switch: RuntimeSwitch
     ) -> SlotObservation | None:
-        """Of a pool with a slot server, its members as the server shows them; else None."""
-        if pool.spec.slot_server is None or self.slot_runtime is None:
+        """Of a pool whose members run in its slot server, its members as the server shows them
+        (one being turned off: read, not applied, until it is deleted); else None."""
+        runtime = self.slot_runtime
+        if not switch.slot_server or runtime is None:
             return None
+        if switch.switching and not runtime.server_exists(pool):
+            return None  # turned off and deleted: only its pods' end is waited for
         namespace = pool.metadata.namespace or ""
         isvcs = {
             name: isvc
             for name in members
             if (isvc := self.inference_services.store.get(f"{namespace}/{name}")) is not None
         }
-        return await self.slot_runtime.observe(pool, members, isvcs)
+        return await runtime.observe(pool, members, isvcs, apply=not switch.switching)
 
 
 def judge_pool_idle(

@@ -18,13 +18,18 @@ before it plans and :meth:`SlotRuntime.carry_out` once the decision is written.
   is read every ``poll_seconds``. A model that runs for no member (one removed from the pool
   while loaded) is unloaded once its ``/slots?model=`` says idle. A load whose child exited on its
   own is not repeated before :data:`FAILED_LOAD_RETRY_SECONDS`.
+* **Turning the server on or off** (:mod:`.slotswitch`): while the switch drains, the server is
+  read as it is (turning it off) or not at all (turning it on), and nothing of it is applied;
+  once nothing runs the old way, :meth:`SlotRuntime.switch_runtime` deletes a server turned off
+  and confirms on a live LIST that nothing of the old way is left before the pool switches.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -32,6 +37,7 @@ import anyio
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
 from controlplane.controllers.children import FIELD_MANAGER, needs_apply
+from controlplane.controllers.inferenceservice.desired import ISVC_LABEL
 from controlplane.controllers.inferenceservice.weights import WeightsPlacement
 from controlplane.controllers.inferenceservice.weightsstatus import weights_ready
 from controlplane.controllers.modelpool.member import MemberState
@@ -45,6 +51,7 @@ from controlplane.controllers.modelpool.slotmembers import (
     stray_models,
 )
 from controlplane.controllers.modelpool.slotserver import (
+    SLOT_SERVER_LABEL,
     desired_slot_deployment,
     desired_slot_service,
     mounted_members,
@@ -52,13 +59,15 @@ from controlplane.controllers.modelpool.slotserver import (
     slot_server_name,
     unservable,
 )
+from controlplane.controllers.modelpool.slotswitch import RuntimeSwitch, SwitchStep, switch_step
 from controlplane.probes.idle import IdleOutcome, IdleProbe
 from controlplane.probes.llamacpp import SlotsProbe
 from controlplane.probes.slotserver import SlotServerClient, SlotServerError
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import member_urls
+from controlplane.runtime.errors import KubeError, NotFound
 from controlplane.runtime.informer import Informer
-from controlplane.runtime.resources import DEPLOYMENTS, SERVICES
+from controlplane.runtime.resources import DEPLOYMENTS, PODS, SERVICES
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +85,9 @@ SETTLE_POLL_SECONDS: Final = 0.01
 UNREADABLE_REQUEUE_SECONDS: Final = 1.0
 #: A model whose child exited on its own is loaded again at most this often.
 FAILED_LOAD_RETRY_SECONDS: Final = 10.0
+#: How soon a switch waiting for the old way's pods to be gone looks again: a slot server's pods
+#: are not watched (only its EndpointSlice and Deployment are), so this is the backstop.
+SWITCH_RECHECK_SECONDS: Final = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +137,11 @@ class SlotRuntime:
         pool: ModelPool,
         members: Mapping[str, MemberState],
         isvcs: Mapping[str, Mapping[str, Any]],
+        *,
+        apply: bool = True,
     ) -> SlotObservation:
-        """The members as the slot server shows them; its objects applied on the way."""
+        """The members as the slot server shows them; its objects applied on the way, unless
+        ``apply`` is False (a server being turned off is read as it is, never changed)."""
         namespace, name = str(pool.metadata.namespace), str(pool.metadata.name)
         typed = {m: InferenceService.from_dict(dict(obj)) for m, obj in isvcs.items()}
         why_not = {m: unservable(isvc) for m, isvc in typed.items()}
@@ -143,15 +158,17 @@ class SlotRuntime:
         ready = {m for m, obj in isvcs.items() if weights_ready(obj)}
         served = mounted_members(pool.spec.member_names(), typed, ready, nodes)
         key = f"{namespace}/{slot_server_name(name)}"
-        await self._apply_service(pool, key)
+        if apply:
+            await self._apply_service(pool, key)
         wanted = desired_slot_deployment(pool, served, self.placement, nodes)
         cached = self.deployments.store.get(key)
         view = await self._read(namespace, name)
-        outdated = restarts_server(cached, wanted)
+        outdated = apply and restarts_server(cached, wanted)
         nothing_loaded = view.models is not None and not any(
             s.running for s in view.models.values()
         )
-        if needs_apply(cached, wanted) and (not outdated or nothing_loaded or not view.url):
+        replace_now = not outdated or nothing_loaded or not view.url
+        if apply and needs_apply(cached, wanted) and replace_now:
             # No model loaded (or no server up): replacing the pod loses nothing.
             await self.client.apply(DEPLOYMENTS, wanted, field_manager=FIELD_MANAGER, force=True)
             log.info("%s: applied the slot server's Deployment", key)
@@ -161,6 +178,60 @@ class SlotRuntime:
             for m, state in members.items()
         }
         return SlotObservation(states, view, models_of, outdated)
+
+    def server_exists(self, pool: ModelPool) -> bool:
+        """The pool's slot server Deployment is in the cache (not being deleted)."""
+        key = f"{pool.metadata.namespace}/{slot_server_name(str(pool.metadata.name))}"
+        found = self.deployments.store.get(key)
+        return found is not None and not found["metadata"].get("deletionTimestamp")
+
+    async def switch_runtime(
+        self,
+        pool: ModelPool,
+        switch: RuntimeSwitch,
+        holding: Sequence[str],
+        members: Sequence[str],
+        seen: SlotObservation | None,
+    ) -> tuple[str, float | None]:
+        """The runtime to write (``status.runtime``) and how soon to look again: the wanted one
+        once nothing runs the old way (:mod:`.slotswitch`), confirmed on a live LIST; a server
+        turned off with nothing loaded is deleted first."""
+        models = seen.view.models if seen is not None else None
+        step = switch_step(
+            switch,
+            holding,
+            server_exists=self.server_exists(pool),
+            server_models=None if models is None else {m: s.running for m, s in models.items()},
+        )
+        if step is SwitchStep.SERVE:
+            return switch.current, None
+        if step is SwitchStep.DRAIN:
+            return switch.current, None  # the drain's own events and requeues drive it
+        namespace, name = str(pool.metadata.namespace), str(pool.metadata.name)
+        if step is SwitchStep.RETIRE_SERVER:
+            for resource in (DEPLOYMENTS, SERVICES):
+                with contextlib.suppress(NotFound):
+                    await self.client.delete(resource, slot_server_name(name), namespace)
+            log.info("%s/%s: slot server turned off, nothing loaded: deleted", namespace, name)
+            return switch.current, SWITCH_RECHECK_SECONDS
+        if switch.slot_server:  # turning it off: its pods must be gone
+            selector = f"{SLOT_SERVER_LABEL}={name}"
+        elif members:  # turning it on: every member pod must be gone
+            selector = f"{ISVC_LABEL} in ({','.join(sorted(members))})"
+        else:
+            return switch.wanted, None
+        try:
+            left = (await self.client.list(PODS, namespace, label_selector=selector)).items
+        except KubeError as err:
+            log.info("%s/%s: pods not listed before the switch (%s)", namespace, name, err)
+            return switch.current, SWITCH_RECHECK_SECONDS
+        if left:
+            names = ", ".join(sorted(p["metadata"]["name"] for p in left))
+            log.info("%s/%s: switch to %s waits for pods: %s", namespace, name, switch.wanted,
+                     names)  # fmt: skip
+            return switch.current, SWITCH_RECHECK_SECONDS
+        log.info("%s/%s: members now run as %s", namespace, name, switch.wanted)
+        return switch.wanted, None
 
     async def _apply_service(self, pool: ModelPool, key: str) -> None:
         wanted = desired_slot_service(pool)
