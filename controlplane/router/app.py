@@ -90,7 +90,9 @@ from controlplane.router.heldstream import (
 from controlplane.router.routing import (
     DEFAULT_MAX_JSON_DEPTH,
     Lookup,
+    MemberPool,
     RoutingTable,
+    no_pool,
     routing_table,
     validate_body,
 )
@@ -164,6 +166,9 @@ class ProxyContext:
     #: Why ``/readyz`` fails while the replica stops (:mod:`~controlplane.router.drain`), None
     #: while it serves. Only the probe reads it: a stopping replica still relays and forwards.
     stopping: Callable[[], str | None] = lambda: None
+    #: The pool whose claim on an InferenceService stands: an ``inferenceServiceRef`` backend
+    #: naming a pool member is served through that pool (:mod:`~controlplane.router.routing`).
+    member_pool: MemberPool = no_pool
 
 
 #: Families the proxy does not expose: it runs no controller and no leader election, but shares
@@ -345,7 +350,9 @@ class ProxyApp:
         self.context = context
         self.activator = activator
         self.upstream = upstream
-        self.routing = RoutingTable(context.router, context.pools, context.isvcs)
+        self.routing = RoutingTable(
+            context.router, context.pools, context.isvcs, context.member_pool
+        )
         self._generation: int | None = None
         self.others = _starlette_app(context)
         self._api_keys = context.api_keys

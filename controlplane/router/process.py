@@ -19,6 +19,7 @@ import anyio
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.api.v1alpha1.activation import POOL_LABEL
+from controlplane.api.v1alpha1.membership import claiming_pool
 from controlplane.preflight import Component
 from controlplane.probes.health import HealthProbe
 from controlplane.process import default_identity, gate_on_preflight
@@ -115,6 +116,7 @@ class CacheView:
         self._slice_changes = _Count()
         slices.add_handler(self._slice_changes)
         self._urls: dict[tuple[str, str], tuple[int, list[str]]] = {}
+        self._member_pools: dict[str, tuple[int, str | None]] = {}
 
     def generation(self) -> int:
         """Changes whenever the router, a pool or an InferenceService in the caches does."""
@@ -143,6 +145,18 @@ class CacheView:
 
     def isvc(self, name: str) -> ObjectView | None:
         return self._read(self._isvcs, name)
+
+    def member_pool(self, member: str) -> str | None:
+        """The pool whose claim on ``member`` stands, None when no pool lists it
+        (:func:`~controlplane.api.v1alpha1.membership.claiming_pool`), judged once per change of
+        the caches: the demand reporter asks at every report."""
+        generation = self._changes.changes
+        known = self._member_pools.get(member)
+        if known is not None and known[0] == generation:
+            return known[1]
+        holder = claiming_pool(self._pools.store.objects(), member)
+        self._member_pools[member] = (generation, holder)
+        return holder
 
     def pool_leases(self, pool: str) -> list[ObjectView]:
         """The Leases labelled with ``pool`` (its intent, every replica's demand report), decoded
@@ -317,7 +331,7 @@ def build_router_proxy(
         interval=settings.demand_report_interval_seconds,
         duration=settings.demand_report_duration_seconds,
         activity_window=settings.activity_window_seconds,
-        routed=lambda: routed_pools(view.router()),
+        routed=lambda: routed_pools(view.router(), view.member_pool),
         acknowledgement=lambda pool: admission_ack(view.pool(pool), activator.inflight),
         wake=activator.progress.snapshot,
         on_live=notifier.notify,
@@ -358,6 +372,7 @@ def build_router_proxy(
         held_stream_keepalive=settings.held_stream_keepalive_seconds,
         api_keys=_api_keys(manager, settings),
         stopping=drain.not_ready,
+        member_pool=view.member_pool,
     )
     server.app = build_app(context, activator, upstream)
     # Its drain returns before the manager cancels the rest: the DemandReporter outlives every

@@ -5,6 +5,14 @@ every member's InferenceService ``spec.model.name`` is a model the pool serves, 
 for ``qwen-2-7b`` and the proxy knows it is member ``qwen-2-7b`` of pool ``gpu-0``. No ``model``
 means the router's ``defaultBackend`` (for a pool: its resident member, else its default).
 
+**Never a second path to a pool member.** An ``inferenceServiceRef`` backend that names an
+InferenceService a pool lists is routed as that pool's member (the pool whose claim on it stands,
+:func:`~controlplane.api.v1alpha1.membership.claiming_pool`), under the backend's name: the same
+admission, hold, demand report and fenced drain as through a ``poolRef``. Forwarded straight to
+it, the pool would drain or reclaim a member this router feeds, and cut its requests (issue 46).
+The schema cannot refuse such a backend (it cannot see pool membership, which may also change
+after the router is written), so it is served safely instead of refused.
+
 Pure functions over plain dicts read from the caches, and :class:`RoutingTable`, which keeps the
 table until told the caches changed (the proxy invalidates it on every router, pool and
 InferenceService event, so it is never stale relative to the caches it was read from, and is not
@@ -25,6 +33,13 @@ from controlplane.runtime.objects import ObjectView
 
 #: Looks an object up by name in the router's namespace; None when absent.
 Lookup = Callable[[str], ObjectView | None]
+#: The pool whose claim on an InferenceService stands (by name); None when no pool lists it.
+MemberPool = Callable[[str], str | None]
+
+
+def no_pool(_: str) -> None:
+    """A :data:`MemberPool` for a namespace without pools (tests of standalone routes)."""
+    return None
 
 
 @dataclass(frozen=True)
@@ -45,15 +60,25 @@ def _pool_members(pool: ObjectView) -> list[str]:
     return [str((m.get("inferenceServiceRef") or {}).get("name")) for m in members]
 
 
-def routed_pools(router: ObjectView | None) -> set[str]:
-    """The pools ``router``'s backends name (``poolRef``): a replica reports to each of them from
-    its start, so each pool's fenced drain knows every replica that may forward to its members."""
+def routed_pools(router: ObjectView | None, member_pool: MemberPool = no_pool) -> set[str]:
+    """The pools ``router``'s backends go through (a ``poolRef``, or the pool of a member an
+    ``inferenceServiceRef`` names): a replica reports to each of them from its start, so each
+    pool's fenced drain knows every replica that may forward to its members."""
     found: set[str] = set()
     for backend in _backends(router or {}):
         name = (backend.get("poolRef") or {}).get("name")
+        if not name and (ref := backend.get("inferenceServiceRef")):
+            name = member_pool(str(ref.get("name")))
         if name:
             found.add(str(name))
     return found
+
+
+def _isvc_route(name: str, ref: ObjectView, member_pool: MemberPool) -> Route:
+    """An ``inferenceServiceRef`` backend's route: through the pool that holds its member, if a
+    pool lists it (the module's docstring says why), else to the InferenceService alone."""
+    member = str(ref.get("name"))
+    return Route(name, member, member_pool(member))
 
 
 def model_name(isvc: ObjectView | None, fallback: str) -> str:
@@ -63,13 +88,15 @@ def model_name(isvc: ObjectView | None, fallback: str) -> str:
     return str(((isvc.get("spec") or {}).get("model") or {}).get("name") or fallback)
 
 
-def routing_table(router: ObjectView, pools: Lookup, isvcs: Lookup) -> dict[str, Route]:
+def routing_table(
+    router: ObjectView, pools: Lookup, isvcs: Lookup, member_pool: MemberPool = no_pool
+) -> dict[str, Route]:
     """Every model the router serves, mapped to its route (first backend wins on a clash)."""
     table: dict[str, Route] = {}
     for backend in _backends(router):
         name = str(backend.get("name") or "")
         if ref := backend.get("inferenceServiceRef"):
-            table.setdefault(name, Route(name, str(ref.get("name"))))
+            table.setdefault(name, _isvc_route(name, ref, member_pool))
         elif ref := backend.get("poolRef"):
             pool_name = str(ref.get("name"))
             pool = pools(pool_name)
@@ -81,11 +108,17 @@ def routing_table(router: ObjectView, pools: Lookup, isvcs: Lookup) -> dict[str,
     return table
 
 
-def resolve(model: str | None, router: ObjectView, pools: Lookup, isvcs: Lookup) -> Route:
+def resolve(
+    model: str | None,
+    router: ObjectView,
+    pools: Lookup,
+    isvcs: Lookup,
+    member_pool: MemberPool = no_pool,
+) -> Route:
     """The route for ``model``; raises :class:`ModelNotFound` or :class:`InvalidRequest`."""
     if model is None:
-        return _default_route(router, pools, isvcs)
-    route = routing_table(router, pools, isvcs).get(model)
+        return _default_route(router, pools, isvcs, member_pool)
+    route = routing_table(router, pools, isvcs, member_pool).get(model)
     if route is None:
         raise ModelNotFound(f"The model `{model}` does not exist")
     return route
@@ -97,9 +130,14 @@ class RoutingTable:
     default, which follows the pool's resident) are resolved afresh every time."""
 
     def __init__(
-        self, router: Callable[[], ObjectView | None], pools: Lookup, isvcs: Lookup
+        self,
+        router: Callable[[], ObjectView | None],
+        pools: Lookup,
+        isvcs: Lookup,
+        member_pool: MemberPool = no_pool,
     ) -> None:
         self._router, self._pools, self._isvcs = router, pools, isvcs
+        self._member_pool = member_pool
         self._table: dict[str, Route] | None = None
 
     def invalidate(self) -> None:
@@ -117,18 +155,20 @@ class RoutingTable:
         if router is None:
             raise ProxyNotReady("the ModelRouter is not found")
         if model is None:
-            return _default_route(router, self._pools, self._isvcs)
-        self._table = routing_table(router, self._pools, self._isvcs)
+            return _default_route(router, self._pools, self._isvcs, self._member_pool)
+        self._table = routing_table(router, self._pools, self._isvcs, self._member_pool)
         return self.resolve(model)
 
 
-def _default_route(router: ObjectView, pools: Lookup, isvcs: Lookup) -> Route:
+def _default_route(
+    router: ObjectView, pools: Lookup, isvcs: Lookup, member_pool: MemberPool
+) -> Route:
     default = (router.get("spec") or {}).get("defaultBackend")
     backend = next((b for b in _backends(router) if b.get("name") == default), None)
     if not default or backend is None:
         raise InvalidRequest("you must provide a model parameter")
     if ref := backend.get("inferenceServiceRef"):
-        return Route(str(default), str(ref.get("name")))
+        return _isvc_route(str(default), ref, member_pool)
     pool_name = str((backend.get("poolRef") or {}).get("name"))
     pool = pools(pool_name)
     if pool is None:

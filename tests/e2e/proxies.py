@@ -100,14 +100,17 @@ async def run_proxies(
     env: Mapping[str, str] | None = None,
     extra_args: Sequence[str] = (),
     prefix: str = "proxy",
+    router: str = "router",
 ) -> list[RouterProxyProcess]:
-    """``count`` proxies named ``PREFIX-I`` with ``kubeconfig``, each ready when returned."""
+    """``count`` proxies of ModelRouter ``router`` named ``PREFIX-I`` with ``kubeconfig``, each
+    ready when returned."""
     proxies = [
         RouterProxyProcess(
             kubeconfig,
             workdir,
             namespace,
             f"{prefix}-{i}",
+            router=router,
             cwd=REPO,
             env=env,
             extra_args=extra_args,

@@ -11,6 +11,7 @@ from controlplane.api.v1alpha1.conditions import find_condition
 from controlplane.controllers.modelrouter.status import (
     ConditionDecision,
     activation_rbac_message,
+    backend_paths,
     backends_ready,
     compute_phase,
     desired_status,
@@ -251,3 +252,16 @@ def test_ready_is_written_beside_the_conditions_it_is_made_of_and_agrees_with_th
         r = router(wanted.to_dict())
     # the same inputs again: nothing to write, Ready included
     assert not status_changed(r.status, desired_status(r, decision, READY))
+
+
+def test_backends_name_the_pool_each_is_served_through() -> None:
+    # "solo" names an InferenceService: through the pool that holds it when a pool lists it.
+    held = backend_paths(router(), lambda member: "gpu-1" if member == "solo" else None)
+    assert [(b.name, b.pool) for b in held] == [("gpu-0", "gpu-0"), ("solo", "gpu-1")]
+    alone = backend_paths(router(), lambda _: None)
+    assert [(b.name, b.pool) for b in alone] == [("gpu-0", "gpu-0"), ("solo", None)]
+    status = desired_status(router(), compute_phase(None, READY), READY, held)
+    assert status.to_dict()["backends"] == [
+        {"name": "gpu-0", "pool": "gpu-0"},
+        {"name": "solo", "pool": "gpu-1"},
+    ]

@@ -30,6 +30,7 @@ from controlplane.router.routing import (
     RoutingTable,
     parse_duration,
     resolve,
+    routed_pools,
     routing_table,
     validate_body,
 )
@@ -562,3 +563,79 @@ async def test_a_member_that_took_the_request_or_stays_unreachable_is_a_502(
 def test_member_error_bodies(raw: bytes, status: int, expected: tuple[str, str, str]) -> None:
     error = member_error_body(raw, status)["error"]
     assert (error["message"], error["type"], error["code"]) == expected
+
+
+# -- never a second path to a pool member (issue 46) -----------------------------------------
+
+#: A router whose ``inferenceServiceRef`` backends name member ``a`` of pool ``gpu-0`` and an
+#: InferenceService no pool lists.
+AROUND: Object = {
+    "spec": {
+        "backends": [
+            {"name": "direct-a", "inferenceServiceRef": {"name": "a"}},
+            {"name": "solo", "inferenceServiceRef": {"name": "solo-isvc"}},
+        ],
+        "defaultBackend": "direct-a",
+    }
+}
+
+
+def holder(member: str) -> str | None:
+    """The namespace's claims: ``a`` and ``b`` held by ``gpu-0``."""
+    return "gpu-0" if member in ("a", "b") else None
+
+
+def test_an_isvc_backend_naming_a_pool_member_is_routed_through_its_pool() -> None:
+    table = routing_table(AROUND, POOLS.get, ISVCS.get, holder)
+    assert table["direct-a"] == Route("direct-a", "a", "gpu-0")
+    assert table["solo"] == Route("solo", "solo-isvc")  # no pool lists it: alone, as before
+    assert resolve("direct-a", AROUND, POOLS.get, ISVCS.get, holder).pool == "gpu-0"
+
+
+def test_the_default_backend_naming_a_pool_member_goes_through_its_pool_too() -> None:
+    assert resolve(None, AROUND, POOLS.get, ISVCS.get, holder) == Route("direct-a", "a", "gpu-0")
+    table = RoutingTable(lambda: AROUND, POOLS.get, ISVCS.get, holder)
+    assert table.resolve(None) == Route("direct-a", "a", "gpu-0")
+    assert table.resolve("direct-a") == Route("direct-a", "a", "gpu-0")
+
+
+def test_the_pool_of_such_a_backend_is_reported_to() -> None:
+    # The pool's fenced drain waits for every replica that may forward to its members: one that
+    # reaches member a by an inferenceServiceRef must report to gpu-0 as well.
+    assert routed_pools(AROUND, holder) == {"gpu-0"}
+    assert routed_pools(ROUTER, holder) == {"gpu-0"}
+    assert routed_pools(AROUND, lambda _: None) == set()
+
+
+@pytest.mark.anyio
+async def test_a_request_for_such_a_backend_is_not_sent_to_the_member_its_pool_drains() -> None:
+    # Through the app: the pool has closed admission to a (it drains it), so the request for
+    # "direct-a" is not sent to a's endpoint; forwarded around the pool, it was.
+    view = FakeView()
+    view.pools["gpu-0"] = {
+        "metadata": {"name": "gpu-0"},
+        "spec": {"members": [{"inferenceServiceRef": {"name": "a"}}], "swapBudget": "1s"},
+        "status": {"residentMember": "a", "admissionClosed": ["a"], "admissionGeneration": 1},
+    }
+    view.isvcs["a"] = {"spec": {}, "status": {"phase": "Ready"}}
+    view.urls["a"] = ["http://a.invalid"]
+    activator = Activator(view, LeaseCoordinator(FakeApi(), "ns", "me"), "ns")
+    context = ProxyContext(
+        lambda: AROUND, view.pool, view.isvc, lambda: [], tracing=False, member_pool=holder
+    )
+    sent: list[httpx.Request] = []
+
+    def member(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json={"choices": []})
+
+    app = build_app(context, activator, HttpxUpstream(httpx.MockTransport(member)))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://proxy"
+    ) as client:
+        answer = await client.post(
+            "/v1/chat/completions",
+            json={"model": "direct-a", "messages": [{"role": "user", "content": "hi"}]},
+        )
+    assert sent == []
+    assert answer.status_code == 503, answer.text

@@ -172,6 +172,18 @@ class ModelRouterSpec(ApiObject):
 
 
 @dataclass(kw_only=True)
+class BackendStatus(ApiObject):
+    """Which path one backend's requests take (docs/modelrouter.md, "A backend in a pool")."""
+
+    name: str | None = api_field("The backend (spec.backends[].name).", required=True)
+    pool: str | None = api_field(
+        "The ModelPool its requests go through, with that pool's admission, demand and drain: "
+        "its poolRef, or the pool that holds the InferenceService its inferenceServiceRef names; "
+        "unset for an InferenceService no pool lists."
+    )
+
+
+@dataclass(kw_only=True)
 class ModelRouterStatus(ApiObject):
     """Observed state of a ModelRouter."""
 
@@ -183,6 +195,14 @@ class ModelRouterStatus(ApiObject):
     conditions: list[Condition] = conditions_field(
         "Ready (Available and BackendsReady both True), Available and BackendsReady; reasons "
         "name the failing step (e.g. ActivationRBAC)."
+    )
+    backends: list[BackendStatus] = api_field(
+        "Each backend and the pool it is served through: a backend that names a pool's member "
+        "is never reached around that pool.",
+        default_factory=list,
+        list_type="map",
+        list_map_keys=("name",),
+        max_items=MAX_BACKENDS,
     )
 
 

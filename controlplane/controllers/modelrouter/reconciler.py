@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
+from controlplane.api.v1alpha1.membership import claiming_pool, lists
 from controlplane.api.v1alpha1.modelrouter import (
     PHASE_FAILED,
     PHASE_PENDING,
@@ -49,6 +50,7 @@ from controlplane.controllers.modelrouter.desired import (
 )
 from controlplane.controllers.modelrouter.status import (
     activation_rbac_message,
+    backend_paths,
     backends_ready,
     compute_phase,
     desired_status,
@@ -153,7 +155,9 @@ class ModelRouterReconciler:
         )
         decision = compute_phase(deployment, backends, conflict=conflict, rbac_refusal=refusal)
         result = Result(requeue=True) if refusal is not None else Result()
-        status = desired_status(router, decision, backends)
+        pools = self.pools.store.by_index(NAMESPACE_INDEX, ns)
+        paths = backend_paths(router, lambda member: claiming_pool(pools, member))
+        status = desired_status(router, decision, backends, paths)
         if not status_changed(router.status, status):
             return result
         previous = router.status.phase
@@ -242,8 +246,19 @@ def references(router: Mapping[str, Any], field: str, name: str) -> bool:
     return False
 
 
+def names_member_of(router: Mapping[str, Any], pool: Mapping[str, Any]) -> bool:
+    """Whether a router has an ``inferenceServiceRef`` backend naming a member ``pool`` lists."""
+    return any(
+        lists(pool, str((backend.get("inferenceServiceRef") or {}).get("name")))
+        for backend in (router.get("spec") or {}).get("backends") or ()
+        if backend.get("inferenceServiceRef")
+    )
+
+
 def map_backend(routers: Informer, field: str) -> Callable[[Mapping[str, Any]], Iterable[Request]]:
-    """Maps an InferenceService or ModelPool to the routers of its namespace that reference it."""
+    """Maps an InferenceService or ModelPool to the routers of its namespace that reference it;
+    a pool also to the routers naming one of its members (``status.backends`` shows the pool
+    such a backend is served through)."""
 
     def mapper(obj: Mapping[str, Any]) -> Iterable[Request]:
         meta = obj["metadata"]
@@ -252,6 +267,7 @@ def map_backend(routers: Informer, field: str) -> Callable[[Mapping[str, Any]], 
             Request.for_object(router)
             for router in routers.store.by_index(NAMESPACE_INDEX, namespace)
             if references(router, field, meta["name"])
+            or (field == "poolRef" and names_member_of(router, obj))
         ]
 
     return mapper

@@ -20,6 +20,11 @@ an InferenceService that is not ``Failed``; a ModelPool that is not ``Degraded``
 no resident, is ready: the proxy warms it on the first request). The message names the backends
 that are not.
 
+**Backends** (:func:`backend_paths`, ``status.backends[]``): each backend and the pool its
+requests go through: a ``poolRef``'s pool, or, for an ``inferenceServiceRef`` naming an
+InferenceService that a pool lists, the pool whose claim on it stands (the proxy routes it as that
+pool's member: :mod:`controlplane.router.routing`); none for an InferenceService no pool lists.
+
 **Ready** (:func:`router_ready`): the router can take traffic, the condition ``kubectl wait
 --for=condition=Ready`` and Helm 4's ``--wait`` (kstatus) read. True (``Serving``) exactly when
 ``Available`` and ``BackendsReady`` are both True, so it agrees with the phase Ready. Otherwise
@@ -49,6 +54,7 @@ from controlplane.api.v1alpha1.modelrouter import (
     PHASE_PROVISIONING,
     PHASE_READY,
     REASON_ACTIVATION_RBAC,
+    BackendStatus,
     ModelRouter,
     ModelRouterStatus,
 )
@@ -144,6 +150,23 @@ def backends_ready(
     )
 
 
+def backend_paths(
+    router: ModelRouter, member_pool: Callable[[str], str | None]
+) -> list[BackendStatus]:
+    """``status.backends``: each backend and the pool it is served through (module docstring);
+    ``member_pool`` names the pool whose claim on an InferenceService stands."""
+    paths: list[BackendStatus] = []
+    for backend in router.spec.backends:
+        if backend.pool_ref is not None:
+            pool = backend.pool_ref.name
+        elif backend.inference_service_ref is not None:
+            pool = member_pool(backend.inference_service_ref.name or "")
+        else:
+            pool = None
+        paths.append(BackendStatus(name=backend.name, pool=pool))
+    return paths
+
+
 def compute_phase(
     deployment: Mapping[str, Any] | None,
     backends: ConditionDecision,
@@ -223,7 +246,10 @@ def router_ready(available: ConditionDecision, backends: ConditionDecision) -> C
 
 
 def desired_status(
-    router: ModelRouter, decision: PhaseDecision, backends: ConditionDecision
+    router: ModelRouter,
+    decision: PhaseDecision,
+    backends: ConditionDecision,
+    paths: list[BackendStatus] | None = None,
 ) -> ModelRouterStatus:
     """A copy of the current status with every field we own set; equal to it when nothing
     changed (``lastTransitionTime`` moves only when a condition's status flips)."""
@@ -232,6 +258,8 @@ def desired_status(
     status.phase = decision.phase
     status.endpoint = endpoint(router)
     status.observed_generation = generation
+    if paths is not None:
+        status.backends = paths
     available = decision.available
     set_condition(
         status.conditions,
