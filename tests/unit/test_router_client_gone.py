@@ -24,6 +24,7 @@ from controlplane.router.app import ProxyContext, build_app
 from controlplane.router.clientgone import ClientWatch, unless_client_leaves
 from controlplane.router.errors import PoolBusy
 from controlplane.router.lease import LeaseCoordinator
+from controlplane.router.routing import Route as BackendRoute
 from controlplane.router.upstream_httpx import HttpxUpstream
 from tests.unit.activator_helpers import until
 from tests.unit.router_fakes import FakeApi, FakeView
@@ -241,3 +242,42 @@ async def test_the_works_own_error_is_raised_as_itself() -> None:
 
     with pytest.raises(PoolBusy):
         await unless_client_leaves(client.receive, client.send, refuses)
+
+
+async def test_a_closure_applied_between_a_requests_choice_and_its_count_sends_it_back_to_be_held() -> (  # noqa: E501
+    None
+):
+    """The fenced drain's one rule on a replica (docs/design.md, "One fenced drain"): a request
+    is counted in flight before its admission is checked again, so a closure our cache applied
+    while the request was on its way out of its hold is seen here and the request is held again
+    (before: it was sent to the member the pool drains, uncounted in the report that had just
+    acknowledged the closure)."""
+    sent_while_closed: list[bool] = []
+    app, activator = proxy(httpx.MockTransport(lambda request: record(request)))
+    view: Any = activator.view
+    status = view.pools["gpu-0"]["status"]
+
+    def record(request: httpx.Request) -> httpx.Response:
+        sent_while_closed.append("b" in (status.get("admissionClosed") or []))
+        return httpx.Response(200, json={"choices": []})
+
+    holds = 0
+
+    async def hold(route: BackendRoute) -> str:
+        nonlocal holds
+        holds += 1
+        url = activator.view.member_urls(route.member)[0]
+        if holds == 1:  # the pool closes b as this hold hands its address over
+            status.update(admissionClosed=["b"], admissionGeneration=1)
+        else:  # its next turn: reopened
+            status.update(admissionClosed=[])
+        return str(url)
+
+    route = BackendRoute("qwen-2-7b", "b", "gpu-0")
+    view.isvcs["b"]["status"] = {"phase": "Starting"}  # not ready: the request is held
+    answer, _, release = await app._dispatch("/v1/chat/completions", {}, route, b"{}", hold)
+    release()
+    await answer.aclose()
+    assert holds == 2, "the request was not held again once admission closed"
+    assert sent_while_closed == [False], "sent to a member whose admission was closed"
+    assert activator.inflight.count("b") == 0
