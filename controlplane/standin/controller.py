@@ -86,7 +86,12 @@ and EndpointSlice watches):
   that dies is restarted (the first time at once, then with back-off). Deleting a pod bound to a
   node only marks it (``deletionTimestamp``: it is Terminating); the stand-in then sends SIGTERM,
   waits for the processes to exit, and only then deletes the pod with ``gracePeriodSeconds: 0``. So
-  Terminating pods really exist for as long as the server takes to stop, as on a real node.
+  Terminating pods really exist for as long as the server takes to stop, as on a real node. The
+  wait is bounded by the pod's grace period, as a kubelet's (``deletionGracePeriodSeconds``, else
+  ``terminationGracePeriodSeconds``: :mod:`controlplane.standin.stopgrace`), then SIGKILL; and it
+  runs in a task of its own, not in the Deployment's reconcile, so a router-proxy relaying a
+  stream for minutes holds up neither its replacement nor any other pod (a member's replacement
+  still waits for the pod to be gone: Recreate).
 * **endpoint controller.** One EndpointSlice per Service selecting the Deployment's pods, named
   ``SERVICE-sim``, labelled ``kubernetes.io/service-name``, owned by the Service, with
   ``conditions.ready`` true once ``/health`` (a proxy: ``/readyz``) answers 200. Its port is the
@@ -179,6 +184,7 @@ from controlplane.standin.process import ExitedProcess, PodProcess
 from controlplane.standin.runner import CONFIG_ERROR, PodContainers
 from controlplane.standin.servers import ServerLauncher
 from controlplane.standin.settings import NodeSettings
+from controlplane.standin.stopgrace import grace_seconds
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +230,8 @@ class NodeStandIn:
         self.kubelet = KubeletApi(self._locate, settings.log_dir / "kubelet")
         self.servers = ServerLauncher(settings, self.client, self.config)
         self._runs: dict[str, PodContainers] = {}  # by pod uid
+        #: Terminating pods whose processes are being stopped, by uid (:meth:`_finish_soon`).
+        self._finishing: dict[str, tuple[Mapping[str, Any], PodContainers | None]] = {}
         self._pod_keys: dict[str, tuple[str, str]] = {}  # pod uid -> (namespace, name)
         self._applied_slices: dict[str, bytes] = {}
         self._forwarders: dict[str, ServiceForwarder] = {}  # by Service key
@@ -270,7 +278,7 @@ class NodeStandIn:
         pods = self._pods_of(request)
         for pod in pods:
             if is_terminating(pod):
-                await self._finish_pod(pod)  # the kubelet's part of a deletion
+                self._finish_soon(pod)  # the kubelet's part of a deletion
         live = [pod for pod in pods if not is_terminating(pod)]
         deployment = self.deployments.store.get(key)
         if deployment is None or is_terminating(deployment):
@@ -324,7 +332,7 @@ class NodeStandIn:
         # preStop hook ensures on a node), and at once: not on the next pass that the pod's
         # watch event would queue.
         for pod in marked:
-            await self._finish_pod(pod)
+            self._finish_soon(pod)
         return Result(requeue_after=requeue) if requeue is not None else Result()
 
     def _pods_of(self, request: Request) -> list[Object]:
@@ -447,16 +455,36 @@ class NodeStandIn:
             return False
         return response.status_code == 200
 
-    async def _finish_pod(self, pod: Mapping[str, Any]) -> None:
-        """A Terminating pod: stop its process (SIGTERM, wait), then remove the pod."""
+    def _finish_soon(self, pod: Mapping[str, Any]) -> None:
+        """A Terminating pod: its processes leave the pods run here at once (no status, no
+        endpoint, no restart), and :meth:`_finish_pod` stops them in a task of its own, once per
+        pod; until the runnable has started, the task waits for it."""
+        uid = pod["metadata"]["uid"]
+        if uid in self._finishing:
+            return
+        self._finishing[uid] = (pod, self._runs.pop(uid, None))
+        self._pod_keys.pop(uid, None)
+        if self._group is not None:
+            self._group.start_soon(self._finish_pod, uid)
+
+    async def _finish_pod(self, uid: str) -> None:
+        """Stop the Terminating pod's processes (SIGTERM, wait up to its grace period, SIGKILL),
+        then remove the pod."""
+        pod, run = self._finishing[uid]
         meta = pod["metadata"]
-        run = self._runs.pop(meta["uid"], None)
-        self._pod_keys.pop(meta["uid"], None)
-        if run is not None:
-            code = await _stop_server(run)
-            await run.stop(pod)
-            log.info("pod %s/%s: process exited with %s", meta["namespace"], meta["name"], code)
-        await self._force_delete(meta["namespace"], meta["name"], meta["uid"])
+        try:
+            if run is not None:
+                grace = grace_seconds(pod)
+                deadline = time.monotonic() + grace
+                code = await _stop_server(run, grace)
+                await run.stop(pod, max(0.0, deadline - time.monotonic()))
+                log.info("pod %s/%s: process exited with %s (grace period %g s)",
+                         meta["namespace"], meta["name"], code, grace)  # fmt: skip
+            await self._force_delete(meta["namespace"], meta["name"], uid)
+        except Exception as err:  # the pod stays Terminating: its next reconcile tries again
+            log.warning("pod %s/%s: finishing failed: %s", meta["namespace"], meta["name"], err)
+        # Not on cancellation (the stand-in leaving): stop_all stops what is left.
+        del self._finishing[uid]
 
     async def _force_delete(self, namespace: str, name: str, uid: str) -> None:
         options = {
@@ -551,6 +579,8 @@ class NodeStandIn:
                 self._group = group
                 for forwarder in self._forwarders.values():  # made before the runnable started
                     group.start_soon(forwarder.serve)
+                for uid in list(self._finishing):  # marked before the runnable started
+                    group.start_soon(self._finish_pod, uid)
                 await group.start(self.kubelet.serve)
                 await keep_registering(self.client, self.kubelet.port)
                 log.info("node %s registered; its kubelet API on https://%s:%d", NODE_NAME,
@@ -565,8 +595,11 @@ class NodeStandIn:
         """SIGTERM every process and wait for them; delete their pods if configured."""
         runs, self._runs = self._runs, {}
         keys, self._pod_keys = self._pod_keys, {}
+        finishing, self._finishing = self._finishing, {}
+        for uid, (pod, _) in finishing.items():
+            keys[uid] = _key(pod["metadata"])
         async with anyio.create_task_group() as group:
-            for run in runs.values():
+            for run in [*runs.values(), *(run for _, run in finishing.values() if run)]:
                 for process in list(run.processes()):
                     group.start_soon(process.stop)
         log.info("stopped the processes of %d pod(s)", len(runs))
@@ -593,12 +626,13 @@ def _mirrored(statuses: list[Object]) -> list[Object]:
                      for s in statuses[1:])]  # fmt: skip
 
 
-async def _stop_server(run: PodContainers) -> int | None:
-    """SIGTERM the server first (the rest of the pod follows); its exit code."""
+async def _stop_server(run: PodContainers, grace: float) -> int | None:
+    """SIGTERM the server first (the rest of the pod follows), SIGKILL after ``grace``; its exit
+    code."""
     server = run.containers[0] if run.containers else None
     if server is None or server.process is None:
         return None
-    return await server.process.stop()
+    return await server.process.stop(grace)
 
 
 async def run_node(client_config: ClientConfig, settings: NodeSettings) -> None:

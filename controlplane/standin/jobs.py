@@ -44,6 +44,7 @@ from controlplane.standin.node import UNSCHEDULABLE, node_fits
 from controlplane.standin.podstatus import is_terminal, pod_status_summary, unschedulable_status
 from controlplane.standin.runner import PodContainers
 from controlplane.standin.settings import NodeSettings
+from controlplane.standin.stopgrace import grace_seconds
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +211,7 @@ class JobPods:
             for process in list(run.processes()):
                 await process.stop()
             return
-        await run.stop(pod)
+        await run.stop(pod, grace_seconds(pod))  # a kubelet's bound on a Terminating pod
         if not is_terminal(pod):
             await self._write_status(pod, run.status(pod, LOOPBACK), last=True)
 

@@ -49,7 +49,7 @@ from controlplane.standin.containers import (
 from controlplane.standin.entrypoints import NotRunnable, subcommand_argv
 from controlplane.standin.logfiles import container_log_path
 from controlplane.standin.podstatus import assemble_status, now
-from controlplane.standin.process import CommandProcess, PodProcess
+from controlplane.standin.process import STOP_GRACE_SECONDS, CommandProcess, PodProcess
 from controlplane.standin.secretvolumes import MountFailed, sync_secret_volumes
 from controlplane.standin.settings import NodeSettings
 from controlplane.standin.termination import exit_code, termination_file, termination_message
@@ -303,10 +303,12 @@ class PodContainers:
             if run.process is not None:
                 yield run.process
 
-    async def stop(self, pod: Mapping[str, Any]) -> None:
-        """SIGTERM every process and wait (a deletion, or the node leaving); record their ends,
-        none restarted."""
+    async def stop(self, pod: Mapping[str, Any], grace: float = STOP_GRACE_SECONDS) -> None:
+        """SIGTERM every process and wait, all within ``grace`` seconds, then SIGKILL what is
+        left (a deletion: the pod's grace period, :mod:`~controlplane.standin.stopgrace`; or the
+        node leaving); record their ends, none restarted."""
         self.stopped = True
+        deadline = time.monotonic() + grace
         spec = pod.get("spec") or {}
         pairs = [
             *zip(spec.get("initContainers") or (), self.init, strict=False),
@@ -315,7 +317,7 @@ class PodContainers:
         for container, run in pairs:
             if run.process is None:
                 continue
-            await run.process.stop()
+            await run.process.stop(max(0.0, deadline - time.monotonic()))
             code = exit_code(run.process.returncode or 0)
             message = termination_message(
                 container, code, termination_file(self.scratch, run.name),

@@ -1,0 +1,98 @@
+"""A router-proxy pod deleted mid-stream under the node stand-in: the stream ends whole (issue 46).
+
+``make dev`` runs the proxies as the stand-in's pods. The proxy drains itself on SIGTERM
+(docs/router.md, "Stopping"; ``test_proxy_drain`` shows it with a proxy started by hand), but the
+stand-in killed a Terminating pod's process 10 s after SIGTERM whatever the pod's grace period
+said, so a ``kubectl delete pod`` (what a rollout or a drain does) still cut a stream after 10 s.
+Here, through the router's local address, a 15 s stream is in flight when the proxy pod is
+deleted 1 s into it (its grace period the router's default 600 s):
+
+* a replacement pod is running beside the Terminating one while the stream is relayed (the
+  stand-in's wait for the old process holds up no reconcile);
+* the stream, which ends more than 10 s after the deletion, arrives whole with its ``[DONE]``;
+* the old pod is gone once its process has exited, well within its grace period.
+
+The operator runs under its ServiceAccount; the node stand-in plays members and proxies, under
+the pool invariant monitor.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
+from controlplane.runtime.client import KubeClient
+from controlplane.runtime.resources import PODS
+from tests.e2e.bodies import pool_body, router_body
+from tests.e2e.clusters import TestCluster
+from tests.e2e.memberstreams import STREAM_TOKENS, streaming
+from tests.e2e.operator_process import LocalProcess, OperatorProcess, start_node
+from tests.e2e.proxies import isvc_body
+from tests.e2e.waiting import eventually
+
+pytestmark = pytest.mark.anyio
+
+#: Each token 60 ms: the 250-token stream lasts about 15 s, past the stand-in's old 10 s bound.
+TOKEN_SECONDS = 0.06
+TIMEOUT = 90.0
+SELECTOR = "inference.modelpool.dev/modelrouter=router"
+
+
+async def proxy_pods(admin: KubeClient, namespace: str) -> dict[str, bool]:
+    """The router's proxy pods by name: whether each is Terminating."""
+    pods = await admin.list(PODS, namespace, label_selector=SELECTOR)
+    return {p["metadata"]["name"]: bool(p["metadata"].get("deletionTimestamp")) for p in pods.items}
+
+
+async def test_a_proxy_pod_deleted_mid_stream_relays_the_stream_whole(
+    cluster: TestCluster,
+    admin: KubeClient,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+) -> None:
+    node = start_node(
+        cluster, tmp_path, started, namespace=namespace, router_proxies=True,
+        token_seconds=TOKEN_SECONDS,
+    )  # fmt: skip
+    await admin.create(InferenceService.resource(), isvc_body("a", 1), namespace)
+    await admin.create(ModelPool.resource(), pool_body("gpu-0", ("a",), "a"), namespace)
+    await admin.create(ModelRouter.resource(), router_body("router", "gpu-0"), namespace)
+
+    async def address() -> str | None:
+        return node.router_addresses().get(f"{namespace}/router")
+
+    url = await eventually(address, timeout=TIMEOUT, what="the router's local address")
+
+    async def one_ready_pod() -> str | None:
+        pods = await proxy_pods(admin, namespace)
+        return next(iter(pods)) if len(pods) == 1 else None
+
+    old = await eventually(one_ready_pod, timeout=TIMEOUT, what="one proxy pod")
+    async with streaming(url, "model-a") as (stream, ended):
+        await anyio.sleep(1)
+        await admin.delete(PODS, old, namespace)  # graceful: the pod's 600 s
+        deleted = time.monotonic()
+
+        async def replaced() -> bool:
+            pods = await proxy_pods(admin, namespace)
+            return pods.get(old) is True and any(not t for n, t in pods.items() if n != old)
+
+        await eventually(replaced, timeout=30, what="a new proxy pod beside the Terminating one")
+        assert not ended.is_set(), "the stream ended before the replacement: make it longer"
+        with anyio.fail_after(60):
+            await ended.wait()
+        stream_ended = time.monotonic()
+    assert stream.whole, (stream.tokens, stream.finish_reason, stream.errors)
+    assert stream.tokens == STREAM_TOKENS
+    assert stream_ended - deleted > 10, "the stream outlived the stand-in's old 10 s bound"
+
+    async def old_gone() -> bool:
+        return old not in await proxy_pods(admin, namespace)
+
+    await eventually(old_gone, timeout=30, what="the old pod gone once its proxy exited")
