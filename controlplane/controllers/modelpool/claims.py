@@ -6,12 +6,9 @@ to one pool, and every other pool that lists it is refused: ``MembersValid=False
 ``MemberInAnotherPool``, naming the pool that holds it; a refused pool is Degraded and changes no
 slot, as for a missing member (docs/modelpool.md, "One member, one pool").
 
-Which claim stands, in order:
-
-1. a pool that has already decided about the member (``status.members[].slot`` written) over one
-   that has not: adding a member that another pool runs never takes it away from that pool;
-2. the pool created first (``metadata.creationTimestamp``);
-3. the pool whose name sorts first (two pools created in the same second).
+Which claim stands is the one rule the router-proxy applies too
+(:func:`~controlplane.api.v1alpha1.membership.claim_order`): a pool that has already decided about
+the member over one that has not, then the pool created first, then the name.
 
 A pool being deleted claims nothing (:func:`~controlplane.controllers.modelpool.grant.
 listing_pools`: deleting a pool hands its members back).
@@ -25,23 +22,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
-from controlplane.api.v1alpha1.modelpool import member_slot
+from controlplane.api.v1alpha1.membership import claim_order
 from controlplane.controllers.modelpool.grant import listed_members, listing_pools
 
 _Pool = TypeVar("_Pool", bound=Mapping[str, Any])
-
-
-def _claim_order(pool: Mapping[str, Any], member: str) -> tuple[int, str, str]:
-    meta = pool.get("metadata") or {}
-    decided = member_slot(pool, member) is not None
-    return (0 if decided else 1, str(meta.get("creationTimestamp") or ""), str(meta.get("name")))
 
 
 def claim_holder(pools: Iterable[Mapping[str, Any]], member: str) -> Mapping[str, Any] | None:
     """The pool (of ``pools``, one namespace's) whose claim on ``member`` stands; None when no
     pool lists it."""
     listing = listing_pools(pools, member)
-    return min(listing, key=lambda p: _claim_order(p, member)) if listing else None
+    return min(listing, key=lambda p: claim_order(p, member)) if listing else None
 
 
 def standing_pools(pools: Iterable[_Pool], member: str) -> list[_Pool]:
@@ -71,7 +62,7 @@ def claimed_elsewhere(
         rivals = [p for p in listing_pools(pools, member) if p["metadata"]["name"] != name]
         if not rivals:
             continue
-        first = min([pool, *rivals], key=lambda p: _claim_order(p, member))
+        first = min([pool, *rivals], key=lambda p: claim_order(p, member))
         if first is not pool:
             refused[member] = str(first["metadata"]["name"])
     return refused
