@@ -170,7 +170,8 @@ async def test_a_model_with_a_request_in_flight_is_not_unloaded_until_it_is_answ
     started: list[LocalProcess],
 ) -> None:
     """A long request to a is in flight when an intent names b (written here, as a driver
-    would): the pool defers the drain (``SwapDeferred`` ``PodsBusy``, from
+    would): the pool closes admission to a and waits (the fenced drain: the proxy reports the
+    request in flight on a; or, had it not, ``SwapDeferred`` ``PodsBusy`` from
     ``/slots?model=model-a``) until a has answered it in full, and only then is b loaded. An unload
     that did not wait would kill a's child mid-answer (a 502)."""
     start_node(
@@ -193,6 +194,8 @@ async def test_a_model_with_a_request_in_flight_is_not_unloaded_until_it_is_answ
                     ),
                     "",
                 )
+                if "a" in (status.get("admissionClosed") or ()):
+                    deferred = deferred or "AdmissionClosed"
                 seen.append((time.monotonic(), deferred, await loaded_models(http, url)))
                 await anyio.sleep(0.1)
 
@@ -213,7 +216,9 @@ async def test_a_model_with_a_request_in_flight_is_not_unloaded_until_it_is_answ
         await eventually(lambda: resident_is(admin, namespace, "b"), timeout=10, what="b loaded")
         group.cancel_scope.cancel()
     assert (a.status, a.answered_by) == (200, "model-a"), a
-    assert any(reason == "PodsBusy" for _, reason, _ in seen), "the drain was never deferred"
+    waited = [at for at, reason, _ in seen if reason in ("PodsBusy", "AdmissionClosed")]
+    assert waited, "the drain never waited"
+    assert min(waited) < a.ended, "the drain did not wait while a's request was in flight"
     b_loaded = [at for at, _, models in seen if models.get("model-b") in ("loading", "loaded")]
     assert b_loaded, "b was never seen loading"
     assert min(b_loaded) >= a.ended - 0.2, "b was loaded while a's request was in flight"
