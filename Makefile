@@ -17,7 +17,7 @@ PROMTOOL = $(shell hack/build-prometheus.sh 2>/dev/null | tail -n 1)
 PROMETHEUS_OPERATOR_CRDS = $(shell hack/fetch-prometheus-operator-crds.sh 2>/dev/null | tail -n 1)
 
 .PHONY: help test-quick venv bytecode controlplane-bins jaeger-bin helm-bin promtool-bin prometheus-operator-crds llama-server test test-unit test-e2e lint demo dev clean bench bench-proxy \
-	bench-kv-swap bench-router-mode bench-kind-switch bench-fairness manifests check-rbac test-kind test-fuzz fuzz image kind-up deploy undeploy kind-down \
+	bench-kv-swap bench-router-mode bench-kind-switch bench-fairness bench-no-cut manifests check-rbac test-kind test-fuzz fuzz image kind-up deploy undeploy kind-down \
 	host-tools kind-tools kind-roots kind-node member-images network-policies monitoring-images \
 	kind-prereqs local-prereqs \
 	ci-prereqs ci-fresh
@@ -49,6 +49,7 @@ help:
 	@echo "make bench-router-mode  switch time: llama.cpp's router mode vs our pool, real members"
 	@echo "make bench-kind-switch  the same on kind, phase by phase (a cluster of its own; ~5 min)"
 	@echo "make bench-fairness     who gets the slot when: our scheduler vs before it vs llama-swap"
+	@echo "make bench-no-cut       10 min of load with swaps, reclaims, a proxy rollout: nothing cut"
 	@echo "                          (BENCH_ARGS=\"--budget 2\": three members, two fit; vs exclusive, llama-swap)"
 	@echo "make image              build the project image with no registry (starts Docker if needed)"
 	@echo "make kind-prereqs       everything the kind tier needs: kind's programs, node, member, kube-router"
@@ -203,6 +204,12 @@ bench-kind-switch: venv controlplane-bins kind-prereqs
 # "Fairness"); BENCH_ARGS adds options (--systems, --seconds).
 bench-fairness: venv controlplane-bins
 	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/python -m bench.fairness_bench $(BENCH_ARGS)
+
+# Issue 46's load run (bench/README.md, "No request cut"): 8 clients looping, 1 alternating, with
+# swaps, idle reclaims and proxy rollouts; exits non-zero if a request was cut. BENCH_ARGS adds
+# options (--minutes 10 by default, --rollouts 2). Not part of `make test`.
+bench-no-cut: venv controlplane-bins
+	KUBEBUILDER_ASSETS="$(ASSETS)" $(BIN)/python -m bench.no_cut_bench $(BENCH_ARGS)
 
 # The cluster tier (docs/kind.md): every image and the kind node are built here, no registry.
 # The Docker engine and debootstrap are installed once, before the builds that use them run in

@@ -313,7 +313,7 @@ class Row:
     notes: list[str] = field(default_factory=list)
 
 
-def _quantile(values: list[float], fraction: float) -> float:
+def quantile(values: list[float], fraction: float) -> float:
     if not values:
         return math.nan
     ordered = sorted(values)
@@ -337,7 +337,7 @@ def judge(system: str, trace: Trace, answers: list[Answer]) -> Row:
         len(answers),
         len(answers) - len(ok),
         max(waits, default=math.nan),
-        _quantile(waits, 0.99),
+        quantile(waits, 0.99),
         max(sparse_waits, default=math.nan),
         swaps,
         len(ok) / max(swaps, 1),
@@ -396,7 +396,7 @@ def judge_budget(
         unanswered,
         tuple(loads[model(member)] for member in members),
         max(waits, default=math.nan),
-        _quantile(waits, 0.99),
+        quantile(waits, 0.99),
         max((a.waited for a in answers if a.member in sparse), default=math.nan),
     )
 
@@ -503,7 +503,7 @@ def judge_idle(
         tuple(burst[0].waited for burst in found[1:]),
         tuple(held_after(samples, max(a.ended for a in burst)) for burst in found),
         max(waits, default=math.nan),
-        _quantile(waits, 0.5),
+        quantile(waits, 0.5),
     )
 
 
@@ -534,11 +534,14 @@ def pool_objects(
     pools: Sequence[Pool] = POOLS,
     capacity: int | None = None,
     scheduling: Mapping[str, str] | None = None,
+    slots: int = SLOTS,
+    proxy_replicas: int | None = None,
 ) -> list[dict[str, Any]]:
     """The namespace, the members, the pools (both of :data:`POOLS` unless told) and the router;
     without ``scheduler`` the pools carry no ``priority`` (the API before the scheduler refuses the
     unknown field); with ``capacity`` each pool has ``spec.capacity: {members: capacity}``, with
-    ``scheduling`` that ``spec.scheduling``."""
+    ``scheduling`` that ``spec.scheduling``; each member has ``slots`` slots (``--parallel``), and
+    the router ``proxy_replicas`` proxy pods when told (``bench.no_cut_bench`` runs two)."""
     group = "inference.modelpool.dev/v1alpha1"
     objects: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
@@ -552,7 +555,7 @@ def pool_objects(
                     "metadata": {"name": member, "namespace": NAMESPACE},
                     "spec": {
                         "model": {"name": model(member), "source": f"/models/{member}.gguf"},
-                        "args": ["--parallel", str(SLOTS)],
+                        "args": ["--parallel", str(slots)],
                         "replicas": 1 if index == 0 else 0,
                     },
                 }
@@ -576,14 +579,17 @@ def pool_objects(
                 "spec": spec,
             }
         )
+    router: dict[str, Any] = {
+        "backends": [{"name": pool, "poolRef": {"name": pool}} for pool, _, _ in pools]
+    }
+    if proxy_replicas is not None:
+        router["proxy"] = {"replicas": proxy_replicas}
     objects.append(
         {
             "apiVersion": group,
             "kind": "ModelRouter",
             "metadata": {"name": ROUTER, "namespace": NAMESPACE},
-            "spec": {
-                "backends": [{"name": pool, "poolRef": {"name": pool}} for pool, _, _ in pools]
-            },
+            "spec": router,
         }
     )
     return objects

@@ -200,10 +200,12 @@ def pool_objects(*, kv_cache: bool, slot_server: bool = False) -> list[dict[str,
 
 @dataclass(frozen=True)
 class RealPool:
-    """A running pool: where its router answers, and a kubectl for reading it."""
+    """A running pool: where its router answers, a kubectl for reading it, and the work folder
+    that holds every process's log (the operator's, the stand-in's, each pod's)."""
 
     url: str
     kubectl: Callable[..., str]
+    workdir: Path
 
     def get(self, kind: str, name: str) -> dict[str, Any]:
         found: dict[str, Any] = yaml.safe_load(
@@ -234,12 +236,35 @@ def real_pool(
     llama_server: Path, *, kv_cache: bool, slot_server: bool = False
 ) -> Iterator[RealPool]:
     """The whole local system with the pool above (``spec.kvCache`` on both members or on
-    neither; members as pods, or in a slot server), ready and answering at its router;
-    everything stopped after, and the work folder removed unless the run failed (the operator's
-    and the node's logs are in it)."""
-    workdir = Path(tempfile.mkdtemp(prefix="bench-real-pool-"))
-    if slot_server:
-        place_on_node(NodeSettings(log_dir=workdir / NODE_LOG_DIR).host_root)
+    neither; members as pods, or in a slot server), ready and answering at its router."""
+
+    def prepare(workdir: Path) -> None:
+        if slot_server:
+            place_on_node(NodeSettings(log_dir=workdir / NODE_LOG_DIR).host_root)
+
+    objects = pool_objects(kv_cache=kv_cache, slot_server=slot_server)
+    with local_pool(objects, llama_server=llama_server, prepare=prepare) as pool:
+        yield pool
+
+
+@contextlib.contextmanager
+def local_pool(
+    objects: list[dict[str, Any]],
+    *,
+    llama_server: Path | None = None,
+    prepare: Callable[[Path], None] | None = None,
+    prefix: str = "bench-real-pool-",
+) -> Iterator[RealPool]:
+    """The whole local system (``make dev``'s) with ``objects`` applied in :data:`NAMESPACE`,
+    every pool and router in them ready and the router :data:`ROUTER` answering at its local
+    address; ``prepare`` sees the work folder before anything starts (the node's disk is under
+    it). Everything is stopped after, and the work folder removed unless the block failed (the
+    operator's and the node's logs are in it): a benchmark that finds a fault raises inside the
+    block to keep them. Shared by the benchmarks that drive the local tier from this process
+    (the real-member ones above, ``bench.no_cut_bench``) rather than through a runner script."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    if prepare is not None:
+        prepare(workdir)
     plane = ControlPlane(with_controller_manager=True).start()
     failed = True
     try:
@@ -262,18 +287,15 @@ def real_pool(
             plane.admin_kubeconfig, quiet_kubectl, workdir, llama_server=llama_server
         )
         with system as node:
-            kubectl(
-                "apply",
-                "-f",
-                "-",
-                stdin=yaml.safe_dump_all(pool_objects(kv_cache=kv_cache, slot_server=slot_server)),
-            )
+            kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
             wait = ("wait", "-n", NAMESPACE, f"--timeout={READY_TIMEOUT:.0f}s")
-            kubectl(*wait, "--for=jsonpath={.status.phase}=Ready", f"mpool/{POOL}")
-            kubectl(*wait, "--for=jsonpath={.status.phase}=Ready", f"mr/{ROUTER}")
+            for obj in objects:
+                if obj["kind"] in ("ModelPool", "ModelRouter"):
+                    kind = "mpool" if obj["kind"] == "ModelPool" else "mr"
+                    kubectl(*wait, f"--for={_ready_when(obj)}", f"{kind}/{obj['metadata']['name']}")
             url = wait_router_address(node, f"{NAMESPACE}/{ROUTER}", timeout=READY_TIMEOUT)
             _wait_ready(url)
-            yield RealPool(url, kubectl)
+            yield RealPool(url, kubectl, workdir)
         failed = False
     finally:
         plane.stop()
@@ -281,6 +303,14 @@ def real_pool(
             print(f"the run failed: its logs are kept in {workdir}", flush=True)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _ready_when(obj: dict[str, Any]) -> str:
+    """What ``kubectl wait`` waits for: phase Ready, but the Ready condition for a pool that
+    gives an idle slot back (it may be ``Idle`` already by then, and still serves)."""
+    if "idleAfter" in (obj["spec"].get("scheduling") or {}):
+        return "condition=Ready"
+    return "jsonpath={.status.phase}=Ready"
 
 
 def _wait_ready(url: str) -> None:

@@ -6,16 +6,15 @@ directly from the simulator as a broken connection, through a proxy as an
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 
+from bench.streamread import Stream as Stream  # the tests read it from here
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import ready_urls
@@ -32,37 +31,6 @@ ISVC = InferenceService.resource()
 #: Each simulated token takes 20 ms (the node stand-in's ``--token-seconds``): 250 last ~5 s.
 TOKEN_SECONDS = 0.02
 STREAM_TOKENS = 250
-
-
-@dataclass
-class Stream:
-    """A streamed chat completion read to its end: what arrived, and how it ended."""
-
-    tokens: int = 0
-    finish_reason: str | None = None
-    done: bool = False
-    errors: list[str] = field(default_factory=list)
-
-    @property
-    def whole(self) -> bool:
-        return self.done and self.finish_reason == "length" and not self.errors
-
-    def read(self, line: str) -> None:
-        if not line.startswith("data: "):
-            return
-        data = line.removeprefix("data: ")
-        if data == "[DONE]":
-            self.done = True
-            return
-        event = json.loads(data)
-        if "error" in event:
-            self.errors.append(str(event["error"]))
-            return
-        for choice in event.get("choices") or ():
-            if (choice.get("delta") or {}).get("content"):
-                self.tokens += 1
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
 
 
 @asynccontextmanager
