@@ -64,7 +64,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from controlplane.router import metrics
 from controlplane.router.activator import Activator
@@ -343,6 +343,23 @@ async def _send_whole(
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+def _closing_when_stopping(send: Send, stopping: Callable[[], str | None]) -> Send:
+    """``send`` that, once the replica stops (:mod:`~controlplane.router.drain`), marks every
+    answer's head ``Connection: close``. The server closes a kept-alive connection after its
+    answer when it stops; without the header a client may already have sent its next request on
+    it and gets no answer at all (a held request answered 503 ``proxy_stopping`` was the common
+    case: its client retries at once, on the same connection). With it the client opens a new
+    connection, which the Service gives a replica that serves."""
+
+    async def send_closing(message: Message) -> None:
+        if message["type"] == "http.response.start" and stopping() is not None:
+            headers = [*message.get("headers", ()), (b"connection", b"close")]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return send_closing
+
+
 class ProxyApp:
     """The router-proxy's ASGI app: the proxied paths handled here, the rest by starlette."""
 
@@ -363,6 +380,8 @@ class ProxyApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
+        if scope["type"] == "http":
+            send = _closing_when_stopping(send, self.context.stopping)
         if (
             self._api_keys is not None
             and path.startswith(API_PATH_PREFIX)

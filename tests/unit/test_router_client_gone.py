@@ -9,6 +9,7 @@ for the request any more.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -28,7 +29,7 @@ from controlplane.router.routing import Route as BackendRoute
 from controlplane.router.upstream_httpx import HttpxUpstream
 from tests.unit.activator_helpers import until
 from tests.unit.router_fakes import FakeApi, FakeView
-from tests.unit.test_router_routing import ISVCS, POOLS, ROUTER
+from tests.unit.test_router_routing import ISVCS, POOLS, ROUTER, _member
 
 pytestmark = pytest.mark.anyio
 
@@ -281,3 +282,20 @@ async def test_a_closure_applied_between_a_requests_choice_and_its_count_sends_i
     assert holds == 2, "the request was not held again once admission closed"
     assert sent_while_closed == [False], "sent to a member whose admission was closed"
     assert activator.inflight.count("b") == 0
+
+
+@pytest.mark.parametrize("stopping", [None, "stopping: SIGTERM received"])
+async def test_a_stopping_replica_closes_each_connection_after_its_answer(
+    stopping: str | None,
+) -> None:
+    """Once the replica stops, every answer's head says ``Connection: close`` (the server closes
+    kept-alive connections as it stops: a client that sent its next request on one got no answer
+    at all); before, none does."""
+    app, _ = proxy(_member(200, b'{"ok": 1}', "application/json"))
+    app.context = dataclasses.replace(app.context, stopping=lambda: stopping)
+    client = UvicornClient({"model": "qwen-2-7b", "messages": [{"role": "user", "content": "hi"}]})
+    await app(client.scope(), client.receive, client.send)
+    start = next(m for m in client.sent if m["type"] == "http.response.start")
+    assert start["status"] == 200
+    closing = (b"connection", b"close") in list(start["headers"])
+    assert closing == (stopping is not None)
