@@ -14,8 +14,9 @@ replica (:mod:`controlplane.api.v1alpha1.demand` is the protocol), so this modul
   we route it: when the demand summary changes, at most once per ``interval`` and never per
   request; at once when our acknowledgement of the pool's closed admission changes (the fenced
   drain, :func:`admission_ack`); renewed at a third of its duration; emptied (no holder) on the
-  way out. A replica admits to a pool only while its own report is live
-  (:meth:`DemandReporter.live`), so a replica the pool cannot see sends nothing.
+  way out. A replica admits to a pool only once its own report is written
+  (:meth:`DemandReporter.live`), so a replica that has just started sends nothing the pool cannot
+  see.
 
 A malformed report from another replica is ignored and logged (never a crash, never a forced
 turn); an expired one stops counting, so a dead replica loses only its own demand.
@@ -293,13 +294,18 @@ class DemandReporter:
         self.call_timeout = max(1.0, duration / 6)
 
     def live(self, pool: str) -> bool:
-        """Our report of ``pool`` is held and surely not expired for any reader: it was sent less
-        than its duration, less one write's time limit, ago (a reader's expiry runs from when it
-        saw the write, later still). Admission to the pool waits for it."""
+        """Our report of ``pool`` has been written, held: the pool's fenced drain can see us.
+        Admission to the pool waits for it, so a replica that has just started (a rollout, a
+        scale-up) sends nothing the pool does not know of.
+
+        *Why not also stop admitting when a renewal fails:* a replica that cannot reach the API
+        server for longer than its report's duration would then stop serving even the resident
+        during every control-plane upgrade of a one-node cluster; the pool cannot drain while it
+        cannot write either. The cost is said in docs/modelpool.md ("The fenced drain"): a
+        replica cut off from the API server alone, past its report's expiry, is no longer
+        waited for."""
         written = self._written.get(pool)
-        if written is None or written.ack is None:
-            return False
-        return self.clock() - written.at < self.duration - self.call_timeout
+        return written is not None and written.ack is not None
 
     async def start(self) -> None:
         """Report until cancelled; on the way out, empty every report we wrote (best effort)."""

@@ -19,8 +19,9 @@ yet seen the closure was on the wire to the member, and the stop would cut it. W
    nothing more.
 3. A member is probed only once it was published by the status this reconcile read (so its
    generation is the one the replicas acknowledge) and every live report acknowledges that
-   generation with nothing in flight on it. A replica whose report is absent or expired cannot
-   admit at all (a replica admits to a pool only while its own report is live), and a report
+   generation with nothing in flight on it. A replica that has not written its report yet
+   admits nothing (it admits to a pool only once its report is written), one whose report
+   expired is taken for gone (the cost: docs/modelpool.md, "The fenced drain"), and a report
    with no acknowledgement (an older replica, a malformed one) holds the drain until it expires.
 
 What it costs a swap: one status write and one report write per replica before the probe,
