@@ -25,7 +25,7 @@ yet seen the closure was on the wire to the member, and the stop would cut it. W
    with no acknowledgement (an older replica, a malformed one) holds the drain until it expires.
 
 What it costs a swap: one status write and one report write per replica before the probe,
-measured in bench/README.md ("Switching models").
+measured in bench/README.md ("The fenced drain's cost").
 """
 
 from __future__ import annotations
