@@ -25,17 +25,16 @@ from typing import Any
 import anyio
 import httpx
 
-from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
+from controlplane.api.v1alpha1 import ModelPool
 from controlplane.local.system import RouterProxyProcess
 from controlplane.runtime.client import KubeClient
-from tests.e2e.bodies import pool_body, router_body
 from tests.e2e.clusters import TestCluster
 from tests.e2e.faultproxy import Fault, FaultProxy
 from tests.e2e.httpclients import http_client
 from tests.e2e.kubectl import REPO
-from tests.e2e.memberstreams import Stream
-from tests.e2e.operator_process import LocalProcess, OperatorProcess, start_node
-from tests.e2e.proxies import chat, isvc_body, proxy_kubeconfig, run_proxies
+from tests.e2e.memberstreams import Stream, serve_pool_of_two
+from tests.e2e.operator_process import LocalProcess, OperatorProcess
+from tests.e2e.proxies import chat, proxy_kubeconfig, run_proxies
 from tests.e2e.waiting import eventually
 
 #: How long the lagging replica's caches stay frozen once the swap is asked.
@@ -43,7 +42,8 @@ LAG_SECONDS = 8.0
 #: The client's streams for a: tokens, and the pause between two of them (a's idle gaps).
 A_TOKENS = 6
 GAP_SECONDS = 0.3
-BUDGET_SECONDS = 120
+#: The pool's swap budget (tests/e2e/memberstreams.py serves the pool with it).
+BUDGET_SECONDS = 60
 Object = dict[str, Any]
 
 
@@ -118,19 +118,10 @@ async def test_a_lagging_replica_sends_nothing_to_a_member_after_its_probe_read_
     tmp_path: Path,
     started: list[LocalProcess],
 ) -> None:
-    start_node(cluster, tmp_path, started, namespace=namespace, token_seconds=0.05)
-    await admin.create(InferenceService.resource(), isvc_body("a", 1), namespace)
-    await admin.create(InferenceService.resource(), isvc_body("b", 0), namespace)
     scheduling = {"maxWait": "4s", "minResidency": "0s"}
-    body = pool_body("gpu-0", ("a", "b"), "a", f"{BUDGET_SECONDS}s", scheduling=scheduling)
-    await admin.create(ModelPool.resource(), body, namespace)
-    await admin.create(ModelRouter.resource(), router_body("router", "gpu-0"), namespace)
-
-    async def a_resident() -> bool:
-        status = (await admin.get(ModelPool.resource(), "gpu-0", namespace)).get("status") or {}
-        return status.get("residentMember") == "a" and status.get("phase") == "Ready"
-
-    await eventually(a_resident, timeout=60, what="a resident and Ready")
+    await serve_pool_of_two(
+        cluster, admin, namespace, tmp_path, started, token_seconds=0.05, scheduling=scheduling
+    )
     kubeconfig = await proxy_kubeconfig(cluster, admin, namespace, tmp_path)
     (direct,) = await run_proxies(kubeconfig, namespace, tmp_path, started, 1, prefix="direct")
     frozen = FrozenView()
