@@ -80,7 +80,7 @@ Assertions, all on what was observed (no timing is asserted):
    after one ends (the queue that built up meanwhile drains in that time) is answered 200 within
    :func:`tenant_bound`, the docs' ``maxWait + (members - 1) * (drain + swap)`` with the storm's
    longest request as the drain and a swap allowance for this loaded machine. Here the bound
-   (36.5 s) is above the pool's ``swapBudget`` (25 s), so a request held too long is one refused
+   (36.5 s) is above the pool's ``swapBudget`` (30 s), so a request held too long is one refused
    503 at the budget: the check is that none is, while healthy.
 
 The figures (requests, swaps, time to answer p50/p99, outcomes by reason, the tenants' waits
@@ -152,8 +152,14 @@ SLOW_POOL: Final = "pool-y"
 SLOW_LOAD_SECONDS: Final = 3 * LEASE_SECONDS + 2
 LOAD_SECONDS: Final = 1.0
 TOKEN_SECONDS: Final = 0.01
-SWAP_BUDGET: Final = "25s"
-SWAP_BUDGET_SECONDS: Final = 25.0
+#: 30 s since the fenced drain (issue 46): each drain now waits for the replicas' acknowledgement
+#: (a status write and a report write), and under CI's load (the kind tier beside 4 workers) a
+#: busy tenant's request held behind two turns reached 25 s in 2 runs of 2 (never on a quiet
+#: machine). ``maxWait`` stays 12.5 s (:data:`MAX_WAIT`), so the bound is unchanged.
+SWAP_BUDGET: Final = "30s"
+SWAP_BUDGET_SECONDS: Final = 30.0
+#: The scheduler's bound, as the 25 s budget gave it (half the budget).
+MAX_WAIT: Final = "12.5s"
 CLIENTS: Final = 20
 REQUESTS: Final = 320
 #: The proxies refuse bodies over this (``--max-body-bytes``); the oversized ones are just over.
@@ -414,7 +420,7 @@ async def create_pools_and_router(
             body = slot_member_body(member) if pool == slot_pool else isvc_body(member)
             await admin.create(ISVC, body, namespace)
     for pool, members in POOLS.items():
-        body = pool_body(pool, members, members[0], SWAP_BUDGET)
+        body = pool_body(pool, members, members[0], SWAP_BUDGET, scheduling={"maxWait": MAX_WAIT})
         if capacity is not None and pool == TENANT_POOL:
             body["spec"]["capacity"] = {"members": capacity}
         if pool == slot_pool:
@@ -629,8 +635,8 @@ TENANT_SWAP_ALLOWANCE: Final = 8.0
 
 
 def tenant_bound() -> float:
-    """The bound of a held request for a member of pool-x (3 members, swapBudget 25 s, no
-    scheduling set: maxWait 12.5 s, minResidency 10 s): in-flight requests drain within the
+    """The bound of a held request for a member of pool-x (3 members, swapBudget 30 s, maxWait
+    12.5 s, minResidency 10 s): in-flight requests drain within the
     storm's longest request (a 300-token stream) and a swap within :data:`TENANT_SWAP_ALLOWANCE`."""
     drain = 300 * TOKEN_SECONDS + 1.0
     return wait_bound(Settings(12.5, 10.0), 3, drain=drain, swap=TENANT_SWAP_ALLOWANCE)
