@@ -219,12 +219,12 @@ class Activator:
 
     def closed_to(self, route: Route) -> bool:
         """The pool's status closes admission to ``route``'s member for a drain
-        (:meth:`~controlplane.router.admission.Admission.fenced_off`). Asked once more after a
+        (:meth:`~controlplane.router.schedule.PoolSchedule.fenced_off`). Asked once more after a
         request was counted in flight and before it is sent: a closure our cache applied in
         between is then either seen here (the request goes back to be held, and counts there)
         or acknowledged in our report with the request counted (the pool's fenced drain waits
         for it)."""
-        return route.pool is not None and self.admission.fenced_off(route.pool, route.member)
+        return route.pool is not None and self.schedule.fenced_off(route.pool, route.member)
 
     def expected_in(self, pool: str, member: str) -> int | None:
         """Seconds until ``member`` is likely up, as a ``Retry-After`` would say (the queue ahead
@@ -380,7 +380,7 @@ class Activator:
         """The address our own probe found the target up at, while we hold the Lease for it, the
         endpoint is still listed (not terminating) and the pool is not draining it."""
         url = swap.direct_url
-        if url is None or not swap.holding or self.admission.fenced_off(pool, swap.member):
+        if url is None or not swap.holding or self.schedule.fenced_off(pool, swap.member):
             return None
         listed = url in self.view.member_starting_urls(swap.member)
         return url if listed or url in self.view.member_urls(swap.member) else None

@@ -23,7 +23,6 @@ from controlplane.api.v1alpha1.inferenceservice import PHASE_READY
 from controlplane.api.v1alpha1.modelpool import (
     DEFAULT_SWAP_BUDGET,
     serves_from_slot_server,
-    status_admission,
 )
 from controlplane.router.routing import parse_duration
 from controlplane.router.schedule import PoolSchedule
@@ -80,14 +79,6 @@ class Admission:
             return None
         urls = self.view.member_urls(member)
         return urls[0] if urls else None
-
-    def fenced_off(self, pool_name: str, member: str) -> bool:
-        """The pool's status closes admission to ``member`` for a drain
-        (``status.admissionClosed``): the closure our demand report acknowledges, so what the
-        fenced drain relies on. A request counted in flight is checked against it once more
-        before it is sent, and a swap's own direct address is not used while it holds."""
-        status = (self.view.pool(pool_name) or {}).get("status") or {}
-        return member in status_admission(status)[0]
 
     def _serving(self, pool_name: str, member: str) -> bool:
         """The member's server is up: its InferenceService is Ready, or, of a pool with a slot

@@ -112,12 +112,20 @@ class PoolSchedule:
             return True
         if member in status_reclaiming((self.view.pool(pool_name) or {}).get("status") or {}):
             return True
-        if member in status_admission((self.view.pool(pool_name) or {}).get("status") or {})[0]:
+        if self.fenced_off(pool_name, member):
             return True
         intent = self.leases.live_intent(pool_name, self.view.pool_leases(pool_name))
         if intent is None or intent.target == member:
             return False
         return self.budget(pool_name) is None or member in intent.evict
+
+    def fenced_off(self, pool_name: str, member: str) -> bool:
+        """The pool's status closes admission to ``member`` for a drain
+        (``status.admissionClosed``): the closure our demand report acknowledges, so the one the
+        fenced drain relies on. A request counted in flight is checked against it once more
+        before it is sent, and a swap's own direct address is not used while it holds."""
+        status = (self.view.pool(pool_name) or {}).get("status") or {}
+        return member in status_admission(status)[0]
 
     def residency(self, pool_name: str) -> Residency:
         """The resident and since when we have seen it so (first sight counts as its start: a
