@@ -592,7 +592,9 @@ class ProxyApp:
         A pool member whose connection failed before any answer began, with what the upstream
         client calls :class:`~controlplane.router.upstream.ConnectFailed` (refused; or a
         kept-alive connection the member had closed as it stopped, found closed when the request
-        was written) is stopping, and its endpoint
+        was written) or :class:`~controlplane.router.upstream.ConnectTimedOut` (a full backlog,
+        or this loop stalled past the bound as thousands of held requests were released at
+        once: nothing was written either way) is stopping or swamped, and its endpoint
         is leaving the caches: the stand-in, like a kubelet, stops the process right after the
         endpoint update, and the proxy's watch may see that update a few ms later. The request
         goes back to the activator (which may hold it for the swap under way), after the caches'

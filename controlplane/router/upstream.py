@@ -18,9 +18,10 @@ Contract of every implementation:
   connection whose answer was not read to the end is dropped;
 * timeouts (:class:`UpstreamTimeouts`): ``connect`` bounds the TCP connect, ``read`` each read of
   the answer; waiting for a free pooled connection is unbounded, as a member's own queue is;
-* failures are :class:`UpstreamFailure`, one subclass per kind: :class:`ConnectFailed` (the
-  request was not sent: refused, or a kept-alive connection found closed when written),
-  :class:`ConnectTimedOut`, :class:`ReadTimedOut`, :class:`Disconnected` (the member closed the
+* failures are :class:`UpstreamFailure`, one subclass per kind: :class:`ConnectFailed` and
+  :class:`ConnectTimedOut` (the request was not sent: refused, timed out connecting, or a
+  kept-alive connection found closed when written), :class:`ReadTimedOut`,
+  :class:`Disconnected` (the member closed the
   connection mid-answer), :class:`BadAnswer` (what it sent is not valid HTTP), :class:`ReadFailed`
   (anything else once sent); :class:`AnswerTooLarge` is raised by :func:`bounded_chunks`, the
   one bound on an answer's size that the app applies to every answer it streams.
@@ -76,7 +77,12 @@ class ConnectFailed(UpstreamFailure):
 
 
 class ConnectTimedOut(UpstreamFailure):
-    """The TCP connect took longer than :attr:`UpstreamTimeouts.connect`."""
+    """The TCP connect took longer than :attr:`UpstreamTimeouts.connect`: nothing was written,
+    so the member cannot have taken the request. A member whose backlog is full, or a proxy
+    whose own loop stalls past the bound while thousands of held requests are released at
+    once (the connection made, its wake-up run after the timer), both end here."""
+
+    unsent = True
 
 
 class ReadTimedOut(UpstreamFailure):

@@ -27,6 +27,7 @@ from starlette.routing import Route
 from controlplane.router.upstream import (
     AiohttpUpstream,
     ConnectFailed,
+    ConnectTimedOut,
     Disconnected,
     ReadTimedOut,
     UpstreamTimeouts,
@@ -234,3 +235,17 @@ async def test_refused_and_timed_out_are_told_apart() -> None:
         with pytest.raises(ReadTimedOut) as timed_out:
             await client.request("GET", url + "/hang", {}, b"")
         assert not timed_out.value.unsent
+
+
+async def test_a_connect_that_times_out_is_known_unsent() -> None:
+    """A listener whose accept queue is full (never accepted, backlog 0 and one connection in it)
+    drops the next SYN: the connect times out, nothing was written, and the app may send again."""
+    with socket.socket() as listener, socket.socket() as queued:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        queued.connect(listener.getsockname())  # fills the queue; nothing ever accepts it
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        async with upstream(UpstreamTimeouts(connect=0.5, read=5)) as client:
+            with pytest.raises(ConnectTimedOut) as timed_out:
+                await client.request("POST", url + "/v1/chat/completions", {}, b"{}")
+        assert timed_out.value.unsent

@@ -520,6 +520,8 @@ async def test_a_request_a_stopping_member_never_took_is_dispatched_again_after_
         (httpx.RemoteProtocolError("Server disconnected"), 1, "upstream_disconnected"),
         # the first send and two more, then 502
         (httpx.ConnectError("Connection refused"), 3, "upstream_error"),
+        # nothing written either: sent again the same way
+        (httpx.ConnectTimeout("Connection timeout"), 3, "upstream_error"),
     ],
 )
 async def test_a_member_that_took_the_request_or_stays_unreachable_is_a_502(
