@@ -78,6 +78,8 @@ import anyio
 import httpx
 import yaml
 
+from controlplane.envtest.ports import free_port
+
 REPO: Final = Path(__file__).resolve().parents[1]
 PEERS: Final = REPO.parent / "shared" / "peers"
 NAMESPACE: Final = "bench"
@@ -785,7 +787,7 @@ def llama_swap(config: dict[str, Any] | None = None) -> Iterator[Served]:
         config = llama_swap_config([member for _, members, _ in POOLS for member in members])
     work = Path(tempfile.mkdtemp(prefix="bench-llama-swap-"))
     (work / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [binary, "-config", str(work / "config.yaml"), "-listen", f"127.0.0.1:{port}"],
         cwd=REPO,
@@ -804,14 +806,6 @@ def llama_swap(config: dict[str, Any] | None = None) -> Iterator[Served]:
         except subprocess.TimeoutExpired:
             process.kill()
         shutil.rmtree(work, ignore_errors=True)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _ready(url: str, timeout: float = 120.0) -> None:

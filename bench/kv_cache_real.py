@@ -21,7 +21,6 @@ a second. Everything runs on 127.0.0.1; the save folder is a fresh temporary one
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -34,17 +33,12 @@ from typing import Any
 import anyio
 import httpx
 
+from controlplane.envtest.ports import free_port
 from controlplane.probes.slotcache import CacheOutcome, SlotCacheClient
 
 START_TIMEOUT_SECONDS = 60.0
 #: Each operation's bound, as spec.kvCache.timeoutSeconds gives it.
 OPERATION_TIMEOUT_SECONDS = 10.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager

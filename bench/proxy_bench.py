@@ -61,7 +61,7 @@ from controlplane.api.v1alpha1.activation import TARGET_ANNOTATION, pool_lease_n
 from controlplane.controllers.rbac import ROUTER_PROXY_RULES
 from controlplane.envtest import ControlPlane
 from controlplane.envtest.binaries import find_binaries
-from controlplane.envtest.process import free_port
+from controlplane.envtest.ports import free_port
 from controlplane.local.system import (
     MANIFESTS,
     NodeStandInProcess,

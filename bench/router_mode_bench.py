@@ -65,7 +65,7 @@ from bench.real_pool import (
     real_pool,
 )
 from controlplane.controllers.modelpool.slotserver import SLOT_SERVER_LABEL
-from controlplane.envtest.process import free_port
+from controlplane.envtest.ports import free_port
 
 #: The label on every member's pod (none should run in a slot-server pool).
 MEMBER_POD_LABEL: Final = "inference.modelpool.dev/inferenceservice"

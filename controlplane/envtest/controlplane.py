@@ -25,7 +25,8 @@ from controlplane.envtest.binaries import Binaries, find_binaries
 from controlplane.envtest.errors import EnvtestError
 from controlplane.envtest.kubeconfig import write_kubeconfig
 from controlplane.envtest.pki import CertificateAuthority, service_account_key_pair
-from controlplane.envtest.process import ManagedProcess, ensure_port_free, free_port
+from controlplane.envtest.ports import free_port
+from controlplane.envtest.process import ManagedProcess, ensure_port_free
 
 #: Upper bounds for each process to become healthy; generous because CI machines have 2 cores.
 ETCD_START_TIMEOUT = 30.0

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from controlplane.envtest.binaries import cache_root, find_executable
-from controlplane.envtest.process import ManagedProcess, free_port
+from controlplane.envtest.ports import free_port
+from controlplane.envtest.process import ManagedProcess
 
 #: The version ``hack/build-jaeger.sh`` builds by default (kept in step with it).
 JAEGER_VERSION: Final = "v1.76.0"

@@ -34,13 +34,6 @@ def _die_with_parent() -> None:
     os.setpgrp()
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (the kernel's choice, so collisions are rare)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def ensure_port_free(port: int, host: str = "127.0.0.1") -> None:
     """Raise :class:`PortInUseError` naming ``port`` when something already listens there."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

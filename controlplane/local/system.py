@@ -46,7 +46,7 @@ import yaml
 from controlplane.controllers.rbac import OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT
 from controlplane.envtest import BinaryNotFoundError, ControlPlane, EnvtestError
 from controlplane.envtest.jaeger import JaegerBackend, compact, render_waterfall, waterfall
-from controlplane.envtest.process import free_port
+from controlplane.envtest.ports import free_port
 from controlplane.local.hub import STAND_IN_BYTES, sample_hub
 from controlplane.runtime.client import KubeClient
 from controlplane.standin.process import die_with_parent

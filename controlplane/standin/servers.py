@@ -18,13 +18,13 @@ over its ``--models-dir`` laid out here (:mod:`controlplane.standin.slotserver`)
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 
+from controlplane.envtest.ports import free_port
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.config import ClientConfig
 from controlplane.runtime.endpoints import LOOPBACK
@@ -63,13 +63,6 @@ from controlplane.standin.tokens import service_account_token, write_token_kubec
 from controlplane.standin.volumes import Mount, local_path, rewrite_args
 
 log = logging.getLogger(__name__)
-
-
-def free_port() -> int:
-    """A loopback port that was free a moment ago (the kernel's choice)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
 
 
 class ServerLauncher:
@@ -124,7 +117,7 @@ class ServerLauncher:
         binary: Path,
     ) -> PodProcess:
         meta = pod["metadata"]
-        port = free_port()
+        port = free_port(LOOPBACK)
         rewritten = {**container, "args": rewrite_args(container.get("args") or (), mounts)}
         argv = llama_server_argv(binary, rewritten, port=port)
         save_path = server_args(container, meta["name"]).slot_save_path
@@ -190,7 +183,7 @@ class ServerLauncher:
         here = self.settings.scratch(namespace, name) / "models-dir"
         await anyio.to_thread.run_sync(lay_out_models_dir, here, links)
         rewritten = rewrite_args(args, mounts)
-        port = free_port()
+        port = free_port(LOOPBACK)
         binary = self.settings.llama_server
         targets = [str(target) for target in links.values()]
         real = binary is not None and all(
@@ -227,7 +220,7 @@ class ServerLauncher:
         token = await service_account_token(self.client, namespace, account)
         folder = self.settings.log_dir / "router-proxies" / f"{namespace}_{name}"
         kubeconfig = write_token_kubeconfig(self.config, token, folder / "kubeconfig")
-        port = free_port()
+        port = free_port(LOOPBACK)
         argv = proxy_argv(
             container, pod, kubeconfig=kubeconfig, port=port, cache_dir=folder / "cache"
         )

@@ -35,7 +35,7 @@ import anyio
 from anyio.abc import Process
 
 from controlplane.envtest.llamaserver import find_llama_server
-from controlplane.envtest.process import free_port
+from controlplane.envtest.ports import free_port
 from controlplane.envtest.tinymodel import TinyModelSpec, tiny_model
 from tests.e2e.httpclients import http_client
 from tests.e2e.waiting import eventually

@@ -17,7 +17,7 @@ import pytest
 from controlplane.cli import main
 from controlplane.controllers import rbac
 from controlplane.envtest.kubeconfig import write_kubeconfig
-from controlplane.envtest.process import free_port
+from controlplane.envtest.ports import free_port
 from controlplane.preflight import (
     EXIT_ALLOWED,
     EXIT_DENIED,
