@@ -77,6 +77,29 @@ def with_spec_hash(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
+#: Not Ready pods may be evicted whatever a budget says (Kubernetes 1.27 and later).
+UNHEALTHY_POD_EVICTION_POLICY: Final = "AlwaysAllow"
+
+
+def idle_gated_budget(metadata: Mapping[str, Any], selector: Mapping[str, str]) -> dict[str, Any]:
+    """A PodDisruptionBudget, as a server-side apply body, that refuses every eviction of a
+    Ready pod it selects (``maxUnavailable: 0``): an eviction cannot ask ``/slots``, so the
+    operator moves a serving pod itself, through the idle gate. A pod that is not Ready serves
+    nothing and may go at once (``AlwaysAllow``), so a broken server never blocks a drain."""
+    return with_spec_hash(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": dict(metadata),
+            "spec": {
+                "selector": {"matchLabels": dict(selector)},
+                "maxUnavailable": 0,
+                "unhealthyPodEvictionPolicy": UNHEALTHY_POD_EVICTION_POLICY,
+            },
+        }
+    )
+
+
 def covers(actual: Any, wanted: Any) -> bool:
     """Whether ``actual`` holds every field of ``wanted`` with the same value.
 

@@ -53,14 +53,18 @@ INFERENCE_SERVICE_RULES = (
 
 #: ModelPool controller: decides in its status (the grant), watches its members, their pods and
 #: the pool's Lease, probes /slots. Members are read, never written: their user owns them. A pool
-#: with a slot server owns that server's Deployment and Service (modelpool/slotserver.py).
+#: with a slot server owns that server's Deployment, Service and PodDisruptionBudget
+#: (modelpool/slotserver.py), and deletes the server's pod on a node being emptied once nothing
+#: is loaded in it (modelpool/slotruntime.py), so it reads the nodes.
 MODEL_POOL_RULES = (
     PolicyRule((GROUP,), ("modelpools",), READ),
     PolicyRule((GROUP,), ("modelpools/status",), STATUS),
     PolicyRule((GROUP,), ("inferenceservices",), READ),
     PolicyRule(("apps",), ("deployments",), (*READ, *WRITE)),
     PolicyRule(("",), ("services",), (*READ, *WRITE)),
-    PolicyRule(("",), ("pods",), READ),
+    PolicyRule(("",), ("pods",), (*READ, "delete")),
+    PolicyRule(("",), ("nodes",), READ),
+    PolicyRule(("policy",), ("poddisruptionbudgets",), (*READ, *WRITE)),
     PolicyRule(("discovery.k8s.io",), ("endpointslices",), READ),
     PolicyRule(("coordination.k8s.io",), ("leases",), READ),
 )

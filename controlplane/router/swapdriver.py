@@ -236,7 +236,11 @@ class SwapDriver:
                         continue  # lost: judged again at once, claim again or wait for the holder
                     self._follow_origin(swap)
                     wait = self._holder_sleep(swap)
-                    if self.direct_ready is not None and swap.direct_url is None:
+                    if self.schedule.fenced_off(swap.pool, swap.member):
+                        # The pool drains what a probe finds (a slot server leaving its node, a
+                        # pod changing): nothing found before the drain ends is handed on.
+                        swap.direct_url = None
+                    elif self.direct_ready is not None and swap.direct_url is None:
                         wait = min(wait, await self._probe_direct(swap, self.direct_ready))
                 else:
                     turn = self.schedule.turn(swap.pool)

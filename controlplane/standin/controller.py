@@ -144,7 +144,7 @@ from controlplane.runtime.endpoints import LOOPBACK
 from controlplane.runtime.errors import Conflict, NotFound
 from controlplane.runtime.informer import Informer
 from controlplane.runtime.manager import Manager
-from controlplane.runtime.objects import Object, node_cordoned
+from controlplane.runtime.objects import Object, node_leaving
 from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, NODES, PODS, SERVICES
 from controlplane.runtime.tls import default_tls_context
 from controlplane.standin.builders import (
@@ -306,7 +306,7 @@ class NodeStandIn:
             if (deleted := await self._delete_pod(pod)) is not None and is_terminating(deleted):
                 marked.append(deleted)
         live = [pod for pod in keep if pod not in doomed]
-        if node_cordoned(self.nodes.store.get(NODE_NAME)):
+        if node_leaving(self.nodes.store.get(NODE_NAME)):
             if desired > len(live):
                 log.info("%s: no new pod: node %s is cordoned", key, NODE_NAME)
         elif role.one_gpu:

@@ -11,7 +11,7 @@ from controlplane.controllers.inferenceservice.disruption import (
     leaving_node,
     pods_leaving,
 )
-from controlplane.runtime.objects import node_cordoned
+from controlplane.runtime.objects import node_leaving
 
 ISVC = InferenceService.from_dict(
     {
@@ -64,8 +64,36 @@ def test_only_live_pods_on_a_cordoned_node_leave() -> None:
     assert leaving_node([]) is None
 
 
-def test_a_node_is_cordoned_by_its_unschedulable_flag_alone() -> None:
-    assert node_cordoned(NODES["gpu-1"])
-    assert not node_cordoned(NODES["gpu-2"])
-    assert not node_cordoned(None)
-    assert not node_cordoned({"metadata": {"name": "x"}})
+def test_a_node_leaves_when_cordoned() -> None:
+    assert node_leaving(NODES["gpu-1"])
+    assert not node_leaving(NODES["gpu-2"])
+    assert not node_leaving(None)
+    assert not node_leaving({"metadata": {"name": "x"}})
+
+
+def tainted(*taints: dict[str, str]) -> dict[str, Any]:
+    return {"metadata": {"name": "n"}, "spec": {"taints": list(taints)}}
+
+
+def test_a_node_autoscalers_removal_taint_is_a_drain_like_a_cordon() -> None:
+    assert node_leaving(tainted({"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}))
+    old_karpenter = {"key": "karpenter.sh/disruption", "value": "disrupting"}
+    assert node_leaving(tainted({**old_karpenter, "effect": "NoSchedule"}))
+    assert node_leaving(tainted({"key": "ToBeDeletedByClusterAutoscaler", "value": "1733",
+                                 "effect": "NoSchedule"}))  # fmt: skip
+    assert node_leaving(tainted({"key": "karpenter.sh/disrupted", "effect": "NoExecute"}))
+
+
+def test_a_soft_mark_or_an_unrelated_taint_moves_nothing() -> None:
+    # A candidate the Cluster Autoscaler may pick some day, not a drain.
+    soft = {"key": "DeletionCandidateOfClusterAutoscaler", "effect": "PreferNoSchedule"}
+    assert not node_leaving(tainted(soft))
+    # The removal taint's key with a discouraging effect only.
+    assert not node_leaving(
+        tainted({"key": "karpenter.sh/disrupted", "effect": "PreferNoSchedule"})
+    )
+    # An old Karpenter taint with another value; a GPU node's own taint.
+    assert not node_leaving(tainted({"key": "karpenter.sh/disruption", "value": "x",
+                                     "effect": "NoSchedule"}))  # fmt: skip
+    assert not node_leaving(tainted({"key": "nvidia.com/gpu", "effect": "NoSchedule"}))
+    assert not node_leaving(tainted())

@@ -35,13 +35,17 @@ from controlplane.controllers.modelpool.slotmembers import (
 from controlplane.controllers.modelpool.slotserver import (
     SLOT_SERVER_LABEL,
     desired_slot_deployment,
+    desired_slot_disruption_budget,
     mounted_members,
     restarts_server,
     server_args,
     slot_server_name,
     unservable,
 )
+from controlplane.controllers.modelpool.watches import slot_pods_on_node
 from controlplane.probes.slotserver import ModelState, ModelStatus, SlotServerError, read_models
+from controlplane.runtime.cache import Store
+from controlplane.runtime.controller import Request
 
 URL = "http://10.0.0.5:8080"
 
@@ -165,6 +169,40 @@ def test_only_a_template_change_replaces_the_server() -> None:
     assert restarts_server(wanted, more)
     relabelled = {**wanted, "metadata": {**wanted["metadata"], "labels": {}}}
     assert not restarts_server(relabelled, wanted)
+
+
+def test_the_servers_budget_selects_its_pod_and_refuses_every_eviction_of_a_ready_one() -> None:
+    budget = desired_slot_disruption_budget(pool())
+    labels = desired_slot_deployment(pool(), [])["spec"]["template"]["metadata"]["labels"]
+    assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert budget["spec"]["maxUnavailable"] == 0
+    assert budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    meta = budget["metadata"]
+    assert (meta["name"], meta["namespace"]) == (slot_server_name("gpu-0"), "team")
+    assert meta["ownerReferences"][0]["uid"] == "u-1"
+    assert meta["labels"][SLOT_SERVER_LABEL] == "gpu-0"  # the pool's watch maps it back
+
+
+def test_a_node_being_emptied_maps_to_the_pools_whose_server_runs_there() -> None:
+    store = Store()
+
+    def server_pod(name: str, namespace: str, pool_name: str, node: str) -> None:
+        labels = {SLOT_SERVER_LABEL: pool_name}
+        meta = {"name": name, "namespace": namespace, "labels": labels}
+        store.upsert({"metadata": meta, "spec": {"nodeName": node}})
+
+    server_pod("p1", "team", "gpu-0", "node-1")
+    server_pod("p2", "other", "gpu-0", "node-1")
+    server_pod("p3", "team", "gpu-1", "node-2")
+    mapper = slot_pods_on_node(store)
+
+    def node(name: str, *, cordoned: bool = True) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {"unschedulable": cordoned}}
+
+    assert list(mapper(node("node-1"))) == [Request("other", "gpu-0"), Request("team", "gpu-0")]
+    assert list(mapper(node("node-3"))) == []
+    # A node that is not being emptied (its status, or uncordoned) concerns no pool.
+    assert list(mapper(node("node-1", cordoned=False))) == []
 
 
 def test_the_servers_name_stays_a_dns_label() -> None:

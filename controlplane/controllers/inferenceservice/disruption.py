@@ -27,40 +27,27 @@ one differs, and deletes what :func:`pods_leaving` names.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 from controlplane.api.v1alpha1 import InferenceService
-from controlplane.controllers.children import with_spec_hash
+from controlplane.controllers.children import idle_gated_budget
 from controlplane.controllers.inferenceservice.desired import (
     child_labels,
     owner_reference,
     selector_labels,
 )
-from controlplane.runtime.objects import node_cordoned
-
-#: Not Ready pods may be evicted whatever the budget says (Kubernetes 1.27 and later).
-UNHEALTHY_POD_EVICTION_POLICY: Final = "AlwaysAllow"
+from controlplane.runtime.objects import node_leaving
 
 
 def desired_disruption_budget(isvc: InferenceService) -> dict[str, Any]:
     """The member's PodDisruptionBudget, as a server-side apply body."""
-    return with_spec_hash(
-        {
-            "apiVersion": "policy/v1",
-            "kind": "PodDisruptionBudget",
-            "metadata": {
-                "name": isvc.name,
-                "namespace": isvc.namespace,
-                "labels": child_labels(isvc.name),
-                "ownerReferences": [owner_reference(isvc)],
-            },
-            "spec": {
-                "selector": {"matchLabels": selector_labels(isvc.name)},
-                "maxUnavailable": 0,
-                "unhealthyPodEvictionPolicy": UNHEALTHY_POD_EVICTION_POLICY,
-            },
-        }
-    )
+    metadata = {
+        "name": isvc.name,
+        "namespace": isvc.namespace,
+        "labels": child_labels(isvc.name),
+        "ownerReferences": [owner_reference(isvc)],
+    }
+    return idle_gated_budget(metadata, selector_labels(isvc.name))
 
 
 def pods_leaving(
@@ -71,7 +58,7 @@ def pods_leaving(
     leaving = []
     for pod in pods:
         name = (pod.get("spec") or {}).get("nodeName")
-        if name and not pod["metadata"].get("deletionTimestamp") and node_cordoned(node(name)):
+        if name and not pod["metadata"].get("deletionTimestamp") and node_leaving(node(name)):
             leaving.append(pod)
     return leaving
 

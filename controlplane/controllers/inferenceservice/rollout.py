@@ -125,7 +125,7 @@ def rollout_gate(
     answers of the member's ready endpoints, once asked (None: not asked yet)."""
     if not (changes_pod or leaving) or pods == 0 or wanted_replicas == 0:
         return UP_TO_DATE
-    what = "the pod changes" if changes_pod else f"the pod leaves node {leaving} (cordoned)"
+    what = "the pod changes" if changes_pod else f"the pod leaves node {leaving} (drained)"
     if pooled:
         return RolloutVerdict(
             Gate.WAIT,

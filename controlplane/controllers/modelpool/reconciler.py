@@ -103,10 +103,11 @@ from controlplane.controllers.modelpool.slotruntime import (
     SlotObservation,
     SlotRuntime,
 )
+from controlplane.controllers.modelpool.slotserver import SLOT_SERVER_LABEL
 from controlplane.controllers.modelpool.slotswitch import RuntimeSwitch, runtime_switch
 from controlplane.controllers.modelpool.swaprecord import SwapRecord
 from controlplane.controllers.modelpool.waiting import SeenReport, waiting_demand
-from controlplane.controllers.modelpool.watches import PoolWatches, map_lease
+from controlplane.controllers.modelpool.watches import PoolWatches, map_lease, slot_pods_on_node
 from controlplane.probes.idle import IdleProbe
 from controlplane.probes.llamacpp import SlotsProbe
 from controlplane.runtime.cache import LABEL_INDEX, NAMESPACE_INDEX, Object
@@ -117,7 +118,15 @@ from controlplane.runtime.errors import Conflict, NotFound
 from controlplane.runtime.events import EventRecorder
 from controlplane.runtime.informer import Informer
 from controlplane.runtime.manager import Manager
-from controlplane.runtime.resources import DEPLOYMENTS, ENDPOINT_SLICES, LEASES, PODS, SERVICES
+from controlplane.runtime.resources import (
+    DEPLOYMENTS,
+    ENDPOINT_SLICES,
+    LEASES,
+    NODES,
+    POD_DISRUPTION_BUDGETS,
+    PODS,
+    SERVICES,
+)
 from controlplane.runtime.tracing import context_of_traceparent
 from controlplane.scheduling.budget import pool_budget
 from controlplane.scheduling.idle import IdleSettings, IdleVerdict, judge_idle, parse_stamp
@@ -447,11 +456,17 @@ def setup_model_pool_controller(
     observer = LeaseObserver()
     leases.add_handler(observer)  # before the controller's handler: seen before reconciled
     recorder = manager.event_recorder(EVENT_REPORTER, identity)
+    slot_pods = manager.informer(PODS, label_selector=SLOT_SERVER_LABEL)
+    slot_budgets = manager.informer(POD_DISRUPTION_BUDGETS, label_selector=SLOT_SERVER_LABEL)
+    nodes = manager.informer(NODES)
     slot_runtime = SlotRuntime(
         manager.client,
         deployments=deployments,
         services=manager.informer(SERVICES),
         endpoint_slices=endpoint_slices,
+        pods=slot_pods,
+        nodes=nodes,
+        budgets=slot_budgets,
         placement=placement,
         poll_seconds=slot_server_poll_seconds,
         wait_seconds=slot_server_wait_seconds,
@@ -481,5 +496,8 @@ def setup_model_pool_controller(
         .watches(pods, watches.map_labelled(ISVC_LABEL))
         .watches(endpoint_slices, watches.map_slice)
         .watches(leases, map_lease)
+        .watches(slot_pods, watches.map_member)
+        .watches(slot_budgets, watches.map_member)
+        .watches(nodes, slot_pods_on_node(slot_pods.store))
     )
     return reconciler

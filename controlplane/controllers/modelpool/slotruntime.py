@@ -38,6 +38,7 @@ import anyio
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
 from controlplane.controllers.children import FIELD_MANAGER, needs_apply
 from controlplane.controllers.inferenceservice.desired import ISVC_LABEL
+from controlplane.controllers.inferenceservice.disruption import leaving_node, pods_leaving
 from controlplane.controllers.inferenceservice.weights import WeightsPlacement
 from controlplane.controllers.inferenceservice.weightsstatus import weights_ready
 from controlplane.controllers.modelpool.member import MemberState
@@ -53,6 +54,7 @@ from controlplane.controllers.modelpool.slotmembers import (
 from controlplane.controllers.modelpool.slotserver import (
     SLOT_SERVER_LABEL,
     desired_slot_deployment,
+    desired_slot_disruption_budget,
     desired_slot_service,
     mounted_members,
     restarts_server,
@@ -63,11 +65,12 @@ from controlplane.controllers.modelpool.slotswitch import RuntimeSwitch, SwitchS
 from controlplane.probes.idle import IdleOutcome, IdleProbe
 from controlplane.probes.llamacpp import SlotsProbe
 from controlplane.probes.slotserver import SlotServerClient, SlotServerError
+from controlplane.runtime.cache import NAMESPACE_INDEX
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.endpoints import member_urls
 from controlplane.runtime.errors import KubeError, NotFound
 from controlplane.runtime.informer import Informer
-from controlplane.runtime.resources import DEPLOYMENTS, PODS, SERVICES
+from controlplane.runtime.resources import DEPLOYMENTS, POD_DISRUPTION_BUDGETS, PODS, SERVICES
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +115,9 @@ class SlotRuntime:
         deployments: Informer,
         services: Informer,
         endpoint_slices: Informer,
+        pods: Informer | None = None,
+        nodes: Informer | None = None,
+        budgets: Informer | None = None,
         server: SlotServerClient | None = None,
         probe: IdleProbe | None = None,
         placement: WeightsPlacement | None = None,
@@ -122,6 +128,12 @@ class SlotRuntime:
         self.deployments = deployments
         self.services = services
         self.endpoint_slices = endpoint_slices
+        #: The servers' pods (by :data:`SLOT_SERVER_LABEL`) and the nodes they run on: a pod on
+        #: a node being emptied moves through the fenced drain. None: nodes are not watched.
+        self.pods = pods
+        self.nodes = nodes
+        #: The servers' PodDisruptionBudgets (applied only when the cached one differs).
+        self.budgets = budgets
         self.server = server or SlotServerClient()
         #: Asks ``/slots?model=`` before a model that no member serves is unloaded.
         self.probe: IdleProbe = probe or SlotsProbe()
@@ -160,10 +172,13 @@ class SlotRuntime:
         key = f"{namespace}/{slot_server_name(name)}"
         if apply:
             await self._apply_service(pool, key)
+            await self._apply_budget(pool, key)
         wanted = desired_slot_deployment(pool, served, self.placement, nodes)
         cached = self.deployments.store.get(key)
         view = await self._read(namespace, name)
-        outdated = apply and restarts_server(cached, wanted)
+        pods = self._server_pods(namespace, name) if apply else []
+        leaving = pods_leaving(pods, self.nodes.store.get) if self.nodes is not None else []
+        outdated = apply and (restarts_server(cached, wanted) or bool(leaving))
         nothing_loaded = view.models is not None and not any(
             s.running for s in view.models.values()
         )
@@ -173,11 +188,16 @@ class SlotRuntime:
             await self.client.apply(DEPLOYMENTS, wanted, field_manager=FIELD_MANAGER, force=True)
             log.info("%s: applied the slot server's Deployment", key)
             outdated = False
+        elif leaving and replace_now:
+            await self._move_off(key, leaving)  # still outdated: this server is going
         states = {
             m: slot_member_state(state, models_of.get(m, ""), view, why_not.get(m))
             for m, state in members.items()
         }
-        return SlotObservation(states, view, models_of, outdated)
+        # A server pod being deleted (moved off a node, or replaced) may still look ready for a
+        # moment: nothing is granted to it, the pool waits for the next pod.
+        stopping = any(pod["metadata"].get("deletionTimestamp") for pod in pods)
+        return SlotObservation(states, view, models_of, outdated or stopping)
 
     def server_exists(self, pool: ModelPool) -> bool:
         """The pool's slot server Deployment is in the cache (not being deleted)."""
@@ -209,7 +229,7 @@ class SlotRuntime:
             return switch.current, None  # the drain's own events and requeues drive it
         namespace, name = str(pool.metadata.namespace), str(pool.metadata.name)
         if step is SwitchStep.RETIRE_SERVER:
-            for resource in (DEPLOYMENTS, SERVICES):
+            for resource in (DEPLOYMENTS, SERVICES, POD_DISRUPTION_BUDGETS):
                 with contextlib.suppress(NotFound):
                     await self.client.delete(resource, slot_server_name(name), namespace)
             log.info("%s/%s: slot server turned off, nothing loaded: deleted", namespace, name)
@@ -232,6 +252,37 @@ class SlotRuntime:
             return switch.current, SWITCH_RECHECK_SECONDS
         log.info("%s/%s: members now run as %s", namespace, name, switch.wanted)
         return switch.wanted, None
+
+    def _server_pods(self, namespace: str, pool: str) -> list[Mapping[str, Any]]:
+        """The server's pods as cached (none when they are not watched)."""
+        if self.pods is None:
+            return []
+        return [
+            pod
+            for pod in self.pods.store.by_index(NAMESPACE_INDEX, namespace)
+            if (pod["metadata"].get("labels") or {}).get(SLOT_SERVER_LABEL) == pool
+        ]
+
+    async def _move_off(self, key: str, leaving: Sequence[Mapping[str, Any]]) -> None:
+        """Delete the server's pods on a node being emptied, once nothing is loaded in them: the
+        Deployment makes the next one where it may run, and the drain's next eviction finds the
+        old one gone (an eviction would be refused: the budget allows none)."""
+        for pod in leaving:
+            meta = pod["metadata"]
+            with contextlib.suppress(NotFound):
+                await self.client.delete(PODS, meta["name"], meta.get("namespace") or "")
+            log.info("%s: nothing loaded: deleted pod %s, which leaves node %s", key,
+                     meta["name"], leaving_node([pod]))  # fmt: skip
+
+    async def _apply_budget(self, pool: ModelPool, key: str) -> None:
+        if self.budgets is None:
+            return
+        wanted = desired_slot_disruption_budget(pool)
+        if needs_apply(self.budgets.store.get(key), wanted):
+            await self.client.apply(
+                POD_DISRUPTION_BUDGETS, wanted, field_manager=FIELD_MANAGER, force=True
+            )
+            log.info("%s: applied the slot server's PodDisruptionBudget", key)
 
     async def _apply_service(self, pool: ModelPool, key: str) -> None:
         wanted = desired_slot_service(pool)

@@ -46,6 +46,7 @@ from controlplane.controllers.children import (
     MANAGED_BY_LABEL,
     NAME_LABEL,
     covers,
+    idle_gated_budget,
     resource_requirements,
     with_spec_hash,
 )
@@ -302,6 +303,13 @@ def desired_slot_service(pool: ModelPool) -> dict[str, Any]:
             },
         }
     )
+
+
+def desired_slot_disruption_budget(pool: ModelPool) -> dict[str, Any]:
+    """The slot server's PodDisruptionBudget: an eviction of its Ready pod is refused, as a
+    member's is; a node drain moves the server through the pool's fenced drain instead
+    (:mod:`.slotruntime`)."""
+    return idle_gated_budget(_metadata(pool), member_service_selector(str(pool.metadata.name)))
 
 
 def restarts_server(cached: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> bool:

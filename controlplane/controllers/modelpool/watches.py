@@ -9,8 +9,9 @@ business.
 
 **Driven by watches** (docs/modelpool.md): pools, their members, the members' Deployments, pods
 (``inference.modelpool.dev/inferenceservice`` label) and EndpointSlices
-(``kubernetes.io/service-name``), and pool Leases (selected by their
-``inference.modelpool.dev/pool`` label). Two timed requeues are backstops for what no watch
+(``kubernetes.io/service-name``), pool Leases (selected by their
+``inference.modelpool.dev/pool`` label), and the slot servers' pods and budgets with the nodes
+those pods run on. Two timed requeues are backstops for what no watch
 reports: a deferred drain is re-probed, and a valid intent is re-checked just after it would
 expire.
 """
@@ -26,6 +27,7 @@ from controlplane.controllers.modelpool.slotserver import SLOT_SERVER_LABEL, slo
 from controlplane.runtime.cache import NAMESPACE_INDEX, Object, Store
 from controlplane.runtime.controller import Request
 from controlplane.runtime.endpoints import SERVICE_NAME_LABEL
+from controlplane.runtime.objects import node_leaving
 
 
 class PoolWatches:
@@ -86,6 +88,27 @@ class PoolWatches:
             return self.pools_with_member(meta.get("namespace") or "", member) if member else ()
 
         return mapper
+
+
+def slot_pods_on_node(slot_pods: Store) -> Callable[[Object], Iterable[Request]]:
+    """A node being emptied (cordoned, or tainted for removal) to the pools whose slot server runs
+    a pod on it: that server moves, through the pool's fenced drain. Any other node event (its
+    status, every few seconds on a busy cluster) concerns no pool: the next pod's placement is
+    the scheduler's."""
+
+    def mapper(node: Object) -> Iterable[Request]:
+        if not node_leaving(node):
+            return ()
+        name = node["metadata"]["name"]
+        found = {
+            Request(pod["metadata"].get("namespace") or "", pool)
+            for pod in slot_pods.objects()
+            if (pod.get("spec") or {}).get("nodeName") == name
+            and (pool := (pod["metadata"].get("labels") or {}).get(SLOT_SERVER_LABEL))
+        }
+        return sorted(found, key=str)
+
+    return mapper
 
 
 def map_lease(obj: Object) -> Iterable[Request]:

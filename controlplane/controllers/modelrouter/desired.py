@@ -44,6 +44,7 @@ from controlplane.controllers.children import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
     NAME_LABEL,
+    UNHEALTHY_POD_EVICTION_POLICY,
     resource_requirements,
     with_spec_hash,
 )
@@ -90,8 +91,6 @@ ROLLOUT_STRATEGY: Final = {
 #: node forever; the pod drains itself instead (its streams relayed whole, its held requests
 #: answered 503 with a Retry-After) and a router that must never be without a replica runs two.
 DISRUPTION_MAX_UNAVAILABLE: Final = 1
-#: A replica that is not Ready serves nothing: its eviction never waits for the budget.
-UNHEALTHY_POD_EVICTION_POLICY: Final = "AlwaysAllow"
 #: The readiness probe: every 2 s, 2 failures, so a stopping replica (its ``/readyz`` 503 from
 #: SIGTERM) turns the EndpointSlice's ``serving`` false within its 5 s endpoint-propagation delay,
 #: while one slow answer does not take a busy replica out.
