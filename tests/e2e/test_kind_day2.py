@@ -9,6 +9,9 @@ here. The cluster has one node, so the drain is limited to the resident's pods
 (``--pod-selector``: the operator, the proxies and the client stay), and the pool serves again
 once the node is uncordoned.
 
+A rollout of the router's proxies (``kubectl rollout restart``) while a stream goes through the
+router's Service leaves the stream whole: the old proxy drains itself (docs/router.md).
+
 An idle pool gives its slot back (docs/modelpool.md, "Giving an idle slot back") and the next
 request through the router's Service brings its member back: the real kubectl shows the ``Idle``
 column.
@@ -24,11 +27,12 @@ import pytest
 from controlplane.api.v1alpha1 import InferenceService, ModelPool
 from controlplane.api.v1alpha1.inferenceservice import CONDITION_UPDATE_PENDING
 from controlplane.api.v1alpha1.inferenceservice import update_pending as pending_update
+from controlplane.controllers.modelrouter.desired import ROUTER_LABEL, proxy_name
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.objects import status_condition
 from controlplane.runtime.resources import PODS
 from tests.e2e.clusters import TestCluster
-from tests.e2e.incluster import ROLLOUT_TIMEOUT
+from tests.e2e.incluster import ROLLOUT_TIMEOUT, wait_available
 from tests.e2e.invariants import PoolInvariantMonitor
 from tests.e2e.kindstreams import start_stream, stream_end, whole
 from tests.e2e.kubectl import kubectl
@@ -103,6 +107,45 @@ async def test_kubectl_drain_of_a_busy_residents_node_waits_for_its_stream(
         monitor.check()
     finally:
         monitor.stop()
+
+
+async def proxy_pods(admin: KubeClient, namespace: str, router: str) -> list[dict[str, Any]]:
+    selector = f"{ROUTER_LABEL}={router}"
+    return list((await admin.list(PODS, namespace, label_selector=selector)).items)
+
+
+async def test_a_rollout_of_the_proxies_mid_stream_leaves_the_stream_whole(
+    admin: KubeClient, cluster: TestCluster, namespace: str, operator_pod: str
+) -> None:
+    """``kubectl rollout restart`` of the router's proxies while a stream goes through its
+    Service: the new proxy comes up first (``maxSurge: 1``, ``maxUnavailable: 0``), the old one
+    stops being Ready but relays the stream to its end (its grace period is the ModelRouter's,
+    600 s by default), and the router serves through the new one after."""
+    await pool_behind_router(admin, cluster, namespace, proxies=1, token_seconds=TOKEN_SECONDS)
+    url = chat_url(namespace)
+    (old,) = await proxy_pods(admin, namespace, "chat")
+    await start_stream(cluster, namespace, "long", url, "a", STREAM_TOKENS)
+    await kubectl(
+        cluster, "-n", namespace, "rollout", "restart", f"deployment/{proxy_name('chat')}"
+    )
+
+    async def old_stopping() -> bool:
+        pods = {p["metadata"]["uid"]: p for p in await proxy_pods(admin, namespace, "chat")}
+        found = pods.get(old["metadata"]["uid"])
+        return found is None or bool(found["metadata"].get("deletionTimestamp"))
+
+    await eventually(old_stopping, timeout=ROLLOUT_TIMEOUT, what="the old proxy stopping")
+    _, phase, _ = await kubectl(
+        cluster, "-n", namespace, "get", "pod/long", "-o", "jsonpath={.status.phase}"
+    )
+    assert phase == "Running", f"the stream ended before the old proxy was stopped: {phase}"
+    end = await stream_end(cluster, namespace, "long")
+    assert whole(end, STREAM_TOKENS), end
+    await wait_available(admin, namespace, "chat", 1)
+    uids = {p["metadata"]["uid"] for p in await proxy_pods(admin, namespace, "chat")}
+    assert old["metadata"]["uid"] not in uids, "the old proxy is still there"
+    again = await ask_in_cluster(cluster, namespace, "after", url, "a")
+    assert again["status"] == 200, again
 
 
 async def test_an_idle_pool_gives_its_slot_back_and_the_next_request_brings_it_back(

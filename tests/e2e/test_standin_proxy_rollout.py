@@ -12,6 +12,9 @@ deleted 1 s into it (its grace period the router's default 600 s):
 * the stream, which ends more than 10 s after the deletion, arrives whole with its ``[DONE]``;
 * the old pod is gone once its process has exited, well within its grace period.
 
+A ``kubectl drain`` of the node (no pod selector, as an administrator runs it) mid-stream evicts
+the proxy pod and, once its pool has drained it, the resident's: the stream ends whole first.
+
 The operator runs under its ServiceAccount; the node stand-in plays members and proxies, under
 the pool invariant monitor.
 """
@@ -22,16 +25,20 @@ import time
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 
 from controlplane.api.v1alpha1 import InferenceService, ModelPool, ModelRouter
 from controlplane.runtime.client import KubeClient
 from controlplane.runtime.resources import PODS
+from controlplane.standin.builders import NODE_NAME
 from tests.e2e.bodies import pool_body, router_body
 from tests.e2e.clusters import TestCluster
+from tests.e2e.httpclients import http_client
+from tests.e2e.kubectl import kubectl
 from tests.e2e.memberstreams import STREAM_TOKENS, streaming
 from tests.e2e.operator_process import LocalProcess, OperatorProcess, start_node
-from tests.e2e.proxies import isvc_body
+from tests.e2e.proxies import chat, isvc_body
 from tests.e2e.waiting import eventually
 
 pytestmark = pytest.mark.anyio
@@ -96,3 +103,69 @@ async def test_a_proxy_pod_deleted_mid_stream_relays_the_stream_whole(
         return old not in await proxy_pods(admin, namespace)
 
     await eventually(old_gone, timeout=30, what="the old pod gone once its proxy exited")
+
+
+async def test_kubectl_drain_of_the_node_mid_stream_leaves_the_stream_whole(
+    cluster: TestCluster,
+    admin: KubeClient,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+) -> None:
+    """``kubectl drain`` of the node as an administrator runs it (no pod selector) while a stream
+    goes through the router's local address: the proxy pod's eviction is allowed (its budget
+    lets one go) and it relays the stream to its end; the resident's is refused until its pool
+    has drained it, after the stream; the drain then finishes, and uncordoned, the router serves
+    again. The stand-in plays the one node, so the proxy's replacement waits for the uncordon."""
+    node = start_node(
+        cluster, tmp_path, started, namespace=namespace, router_proxies=True,
+        token_seconds=TOKEN_SECONDS,
+    )  # fmt: skip
+    await admin.create(InferenceService.resource(), isvc_body("a", 1), namespace)
+    await admin.create(ModelPool.resource(), pool_body("gpu-0", ("a",), "a"), namespace)
+    await admin.create(ModelRouter.resource(), router_body("router", "gpu-0"), namespace)
+
+    async def address() -> str | None:
+        return node.router_addresses().get(f"{namespace}/router")
+
+    url = await eventually(address, timeout=TIMEOUT, what="the router's local address")
+    drained: list[tuple[int, str, str]] = []
+    try:
+        async with streaming(url, "model-a") as (stream, ended), anyio.create_task_group() as tg:
+            await anyio.sleep(1)
+
+            async def drain() -> None:
+                drained.append(await kubectl(
+                    cluster, "drain", NODE_NAME, "--ignore-daemonsets", "--delete-emptydir-data",
+                    f"--timeout={int(TIMEOUT)}s", check=False,
+                ))  # fmt: skip
+
+            tg.start_soon(drain)
+
+            async def proxy_evicted() -> bool:
+                return all((await proxy_pods(admin, namespace)).values())
+
+            await eventually(proxy_evicted, timeout=30, what="the proxy pod evicted")
+            assert not ended.is_set(), "the stream ended before the eviction: make it longer"
+            with anyio.fail_after(60):
+                await ended.wait()
+            assert not drained, f"the drain ended while the stream was in flight: {drained}"
+        assert stream.whole, (stream.tokens, stream.finish_reason, stream.errors)
+        assert stream.tokens == STREAM_TOKENS
+        ((code, out, err),) = drained
+        assert code == 0, f"kubectl drain failed:\n{out}\n{err}"
+        assert "evicted" in out + err, out + err
+        assert all((await proxy_pods(admin, namespace)).values()), "a proxy left serving"
+    finally:
+        await kubectl(cluster, "uncordon", NODE_NAME, check=False)
+    async with http_client(timeout=TIMEOUT, trust_env=False) as http:
+
+        async def served() -> bool:
+            try:
+                reply = await http.post(f"{url}/v1/chat/completions", json=chat("model-a"))
+            except httpx.TransportError:
+                return False
+            return reply.status_code == 200
+
+        await eventually(served, timeout=TIMEOUT, what="the router serving again")

@@ -79,9 +79,10 @@ Assertions, all on what was observed (no timing is asserted):
    a busy tenant's request that neither overlaps an injected failure nor starts within one bound
    after one ends (the queue that built up meanwhile drains in that time) is answered 200 within
    :func:`tenant_bound`, the docs' ``maxWait + (members - 1) * (drain + swap)`` with the storm's
-   longest request as the drain and a swap allowance for this loaded machine. Here the bound
-   (36.5 s) is above the pool's ``swapBudget`` (30 s), so a request held too long is one refused
-   503 at the budget: the check is that none is, while healthy.
+   longest request as the drain and a swap allowance for this loaded machine. The pool's
+   ``swapBudget`` (40 s) is above the bound (36.5 s), as a pool's should be: a request is judged
+   by the bound, answered 200 within it, never refused 503 at a budget shorter than the policy's
+   own wait.
 
 The figures (requests, swaps, time to answer p50/p99, outcomes by reason, the tenants' waits
 against the bound) are printed.
@@ -152,12 +153,14 @@ SLOW_POOL: Final = "pool-y"
 SLOW_LOAD_SECONDS: Final = 3 * LEASE_SECONDS + 2
 LOAD_SECONDS: Final = 1.0
 TOKEN_SECONDS: Final = 0.01
-#: 30 s since the fenced drain (issue 46): each drain now waits for the replicas' acknowledgement
-#: (a status write and a report write), and under CI's load (the kind tier beside 4 workers) a
-#: busy tenant's request held behind two turns reached 25 s in 2 runs of 2 (never on a quiet
-#: machine). ``maxWait`` stays 12.5 s (:data:`MAX_WAIT`), so the bound is unchanged.
-SWAP_BUDGET: Final = "30s"
-SWAP_BUDGET_SECONDS: Final = 30.0
+#: Above the scheduler's own bound for pool-x (:func:`tenant_bound`, 36.5 s): a budget below it
+#: refuses a request the policy may rightly keep waiting that long. Under CI's load (the kind
+#: tier beside 4 workers) pool-x's swaps take 8 to 12 s, and a busy tenant's request held behind
+#: two turns was refused at the former 30 s budget in 3 runs of 6 since the fenced drain (never
+#: on a quiet machine): 503 at 30 s, within the 36.5 s bound. ``maxWait`` stays 12.5 s
+#: (:data:`MAX_WAIT`), so the bound is unchanged, and a request answered after it is a breach.
+SWAP_BUDGET: Final = "40s"
+SWAP_BUDGET_SECONDS: Final = 40.0
 #: The scheduler's bound, as the 25 s budget gave it (half the budget).
 MAX_WAIT: Final = "12.5s"
 CLIENTS: Final = 20
@@ -635,7 +638,7 @@ TENANT_SWAP_ALLOWANCE: Final = 8.0
 
 
 def tenant_bound() -> float:
-    """The bound of a held request for a member of pool-x (3 members, swapBudget 30 s, maxWait
+    """The bound of a held request for a member of pool-x (3 members, swapBudget 40 s, maxWait
     12.5 s, minResidency 10 s): in-flight requests drain within the
     storm's longest request (a 300-token stream) and a swap within :data:`TENANT_SWAP_ALLOWANCE`."""
     drain = 300 * TOKEN_SECONDS + 1.0
