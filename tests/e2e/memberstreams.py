@@ -88,6 +88,18 @@ async def event_reasons(admin: KubeClient, namespace: str, kind: str, name: str)
     }
 
 
+async def events_written(
+    admin: KubeClient, namespace: str, kind: str, name: str, wanted: set[str]
+) -> None:
+    """Until every reason in ``wanted`` has an Event about ``kind``/``name``: the operator's
+    recorder writes Events after the change they tell of, not with it."""
+
+    async def written() -> bool:
+        return wanted <= await event_reasons(admin, namespace, kind, name)
+
+    await eventually(written, timeout=60, what=f"{sorted(wanted)} events of {kind} {name}")
+
+
 async def pod_names(admin: KubeClient, namespace: str, member: str) -> set[str]:
     pods = await admin.list(
         PODS, namespace, label_selector=f"inference.modelpool.dev/inferenceservice={member}"
