@@ -380,10 +380,7 @@ class Activator:
         """The address our own probe found the target up at, while we hold the Lease for it, the
         endpoint is still listed (not terminating) and the pool is not draining it."""
         url = swap.direct_url
-        if url is not None and self.schedule.fenced_off(pool, swap.member):
-            swap.direct_url = None  # found before the drain: what it found is going (asked again)
-            return None
-        if url is None or not swap.holding:
-            return None
+        if url is None or not swap.holding or self.schedule.fenced_off(pool, swap.member):
+            return None  # while fenced, the driver drops what it found (swapdriver.py)
         listed = url in self.view.member_starting_urls(swap.member)
         return url if listed or url in self.view.member_urls(swap.member) else None

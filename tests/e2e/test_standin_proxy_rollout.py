@@ -55,14 +55,15 @@ async def proxy_pods(admin: KubeClient, namespace: str) -> dict[str, bool]:
     return {p["metadata"]["name"]: bool(p["metadata"].get("deletionTimestamp")) for p in pods.items}
 
 
-async def test_a_proxy_pod_deleted_mid_stream_relays_the_stream_whole(
+async def serve_through_proxy_pods(
     cluster: TestCluster,
     admin: KubeClient,
-    operator: OperatorProcess,
     namespace: str,
     tmp_path: Path,
     started: list[LocalProcess],
-) -> None:
+) -> str:
+    """Pool ``gpu-0`` of ``a`` behind router ``router``, its proxies the stand-in's pods; the
+    router's local address."""
     node = start_node(
         cluster, tmp_path, started, namespace=namespace, router_proxies=True,
         token_seconds=TOKEN_SECONDS,
@@ -74,7 +75,18 @@ async def test_a_proxy_pod_deleted_mid_stream_relays_the_stream_whole(
     async def address() -> str | None:
         return node.router_addresses().get(f"{namespace}/router")
 
-    url = await eventually(address, timeout=TIMEOUT, what="the router's local address")
+    return await eventually(address, timeout=TIMEOUT, what="the router's local address")
+
+
+async def test_a_proxy_pod_deleted_mid_stream_relays_the_stream_whole(
+    cluster: TestCluster,
+    admin: KubeClient,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    started: list[LocalProcess],
+) -> None:
+    url = await serve_through_proxy_pods(cluster, admin, namespace, tmp_path, started)
 
     async def one_ready_pod() -> str | None:
         pods = await proxy_pods(admin, namespace)
@@ -118,18 +130,7 @@ async def test_kubectl_drain_of_the_node_mid_stream_leaves_the_stream_whole(
     lets one go) and it relays the stream to its end; the resident's is refused until its pool
     has drained it, after the stream; the drain then finishes, and uncordoned, the router serves
     again. The stand-in plays the one node, so the proxy's replacement waits for the uncordon."""
-    node = start_node(
-        cluster, tmp_path, started, namespace=namespace, router_proxies=True,
-        token_seconds=TOKEN_SECONDS,
-    )  # fmt: skip
-    await admin.create(InferenceService.resource(), isvc_body("a", 1), namespace)
-    await admin.create(ModelPool.resource(), pool_body("gpu-0", ("a",), "a"), namespace)
-    await admin.create(ModelRouter.resource(), router_body("router", "gpu-0"), namespace)
-
-    async def address() -> str | None:
-        return node.router_addresses().get(f"{namespace}/router")
-
-    url = await eventually(address, timeout=TIMEOUT, what="the router's local address")
+    url = await serve_through_proxy_pods(cluster, admin, namespace, tmp_path, started)
     drained: list[tuple[int, str, str]] = []
     try:
         async with streaming(url, "model-a") as (stream, ended), anyio.create_task_group() as tg:
